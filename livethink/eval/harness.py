@@ -1,0 +1,76 @@
+"""Evaluate models (and the teacher) on a split: judge every completion, count tokens, probe latency."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from livethink.data.schema import Task
+from livethink.eval.metrics import SampleEval, latency_summary, summarize, summarize_by_kind
+from livethink.rewards.judge import Judge
+from livethink.rewards.parse import parse_completion
+
+TokenCounter = Callable[[str], int]
+
+
+def token_counter(tokenizer) -> TokenCounter:
+    return lambda text: len(tokenizer.encode(text, add_special_tokens=False)) if text else 0
+
+
+def judge_completions(
+    tasks: Sequence[Task],
+    completions: Mapping[str, tuple[str, str]],
+    judge: Judge,
+    count_tokens: TokenCounter,
+) -> list[SampleEval]:
+    """``completions``: task id -> (completion text, finish reason)."""
+    evals = []
+    for task in tasks:
+        text, finish = completions[task.id]
+        verdict = judge.score(task, text)
+        parsed = parse_completion(text)
+        evals.append(SampleEval(task.id, task.kind, verdict.correct, verdict.helpful,
+                                count_tokens(parsed.reasoning), count_tokens(parsed.reply), finish))
+    return evals
+
+
+def model_result(name: str, samples: Sequence[SampleEval], active_params: int | None,
+                 latency: dict[str, Any] | None = None, extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    return {
+        "name": name,
+        "active_params": active_params,
+        "overall": summarize(samples, active_params),
+        "by_kind": summarize_by_kind(samples, active_params),
+        "latency": latency,
+        **(extra or {}),
+    }
+
+
+def evaluate_model(
+    model_dir: str | Path,
+    tasks: Sequence[Task],
+    judge: Judge,
+    engine: str = "auto",
+    max_tokens: int = 768,
+    latency_probes: int = 16,
+    name: str | None = None,
+) -> tuple[dict[str, Any], list[SampleEval], dict[str, tuple[str, str]]]:
+    """Greedy generation on ``tasks``, judged; latency probed one request at a time on the first few tasks."""
+    from livethink.eval.generation import make_generator, resolve_engine
+    from livethink.models.loading import params_of_checkpoint
+
+    active = params_of_checkpoint(model_dir).active
+    generator = make_generator(model_dir, engine)
+    try:
+        generations = generator.generate(tasks, max_tokens=max_tokens)
+        probes = generator.probe_latency(tasks[:latency_probes], max_tokens=max_tokens) if latency_probes else []
+        count = token_counter(generator.tokenizer)
+    finally:
+        generator.close()
+    completions = {g.task_id: (g.completion, g.finish_reason) for g in generations}
+    samples = judge_completions(tasks, completions, judge, count)
+    latency = latency_summary([p.ttft_s for p in probes], [p.e2e_s for p in probes]) if probes else None
+    result = model_result(name or Path(model_dir).name, samples, active, latency,
+                          {"model": str(model_dir), "engine": resolve_engine(engine)})
+    return result, samples, completions

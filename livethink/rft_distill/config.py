@@ -1,0 +1,63 @@
+"""`RFTConfig`: TRL's `SFTConfig` plus the rejection-sampling stage's own options.
+
+Every `transformers.TrainingArguments` / `SFTConfig` option works in the YAML and on the command line
+(`livethink rft --config configs/tiny/rft.yaml --learning_rate 1e-3`), parsed the TRL way with `TrlParser`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from trl import SFTConfig
+
+from livethink.rft_distill.acceptance import SELECTION_POLICIES
+
+TEACHER_TYPES = ("scripted", "openai", "vllm", "transformers")
+
+
+@dataclass
+class RFTConfig(SFTConfig):
+    """Stage 1: teacher sampling -> judge (C AND H) -> SFT of the MoE student."""
+
+    # data
+    data_dir: str = field(default="artifacts/tiny/data", metadata={"help": "LiveShop (or user) data dir with train.jsonl; generated if missing"})
+    data_seed: int = field(default=0, metadata={"help": "seed for generating LiveShop when data_dir is empty"})
+    n_prompts: int = field(default=2000, metadata={"help": "train prompts sent to the teacher (0 = all)"})
+    # teacher
+    teacher: str = field(default="scripted", metadata={"help": f"teacher backend: {', '.join(TEACHER_TYPES)}"})
+    teacher_model: str | None = field(default=None, metadata={"help": "model name (openai) or local checkpoint dir (vllm, transformers)"})
+    teacher_base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1"})
+    teacher_api_key_env: str = field(default="OPENAI_API_KEY", metadata={"help": "env var holding the endpoint's API key"})
+    teacher_concurrency: int = field(default=16, metadata={"help": "requests in flight (openai teacher)"})
+    teacher_error_rate: float = field(default=0.15, metadata={"help": "scripted teacher: share of flawed samples"})
+    k: int = field(default=4, metadata={"help": "candidates sampled per prompt"})
+    teacher_temperature: float = field(default=1.0)
+    teacher_top_p: float = field(default=1.0)
+    teacher_max_tokens: int = field(default=1024)
+    samples_dir: str | None = field(default=None, metadata={"help": "where teacher samples are streamed (default: <output_dir>/samples)"})
+    # judge + selection
+    judge: str = field(default="rubric", metadata={"help": "rubric | llm"})
+    judge_base_url: str | None = field(default=None, metadata={"help": "LLM judge endpoint (judge=llm)"})
+    judge_model: str | None = field(default=None)
+    selection: str = field(default="random", metadata={"help": f"which accepted samples become SFT targets: {', '.join(SELECTION_POLICIES)}"})
+    # student
+    student_config: str = field(default="configs/tiny/student.yaml", metadata={"help": "student YAML (architecture, or a pretrained dir + LoRA)"})
+    tokenizer_dir: str | None = field(default="artifacts/tiny/tokenizer", metadata={"help": "tokenizer dir for a from-scratch student (trained on the data if missing)"})
+    tokenizer_vocab_size: int = field(default=4096)
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.teacher not in TEACHER_TYPES:
+            raise ValueError(f"teacher must be one of {TEACHER_TYPES}, got {self.teacher!r}")
+        if self.selection not in SELECTION_POLICIES:
+            raise ValueError(f"selection must be one of {SELECTION_POLICIES}, got {self.selection!r}")
+        if self.judge not in ("rubric", "llm"):
+            raise ValueError(f"judge must be 'rubric' or 'llm', got {self.judge!r}")
+        if self.k < 1:
+            raise ValueError(f"k must be >= 1, got {self.k}")
+        if self.teacher == "openai" and not self.teacher_base_url:
+            raise ValueError("teacher_base_url is required when teacher=openai")
+        if self.teacher in ("vllm", "transformers") and not self.teacher_model:
+            raise ValueError(f"teacher_model (a local checkpoint dir) is required when teacher={self.teacher}")
+        if self.judge == "llm" and not (self.judge_base_url and self.judge_model):
+            raise ValueError("judge_base_url and judge_model are required when judge=llm")

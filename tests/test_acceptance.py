@@ -1,0 +1,76 @@
+"""Rejection sampling: C AND H acceptance, selection policies, per-kind report."""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+import pytest
+
+from livethink.rft_distill.acceptance import JudgedSample, accept_and_select, judge_samples, select
+
+
+def _s(task_id: str, i: int, text: str, c: bool, h: bool, error: str | None = None) -> JudgedSample:
+    return JudgedSample(task_id, i, text, c, h, error)
+
+
+def test_only_correct_and_helpful_is_accepted():
+    assert _s("t", 0, "x", True, True).accepted
+    assert not _s("t", 0, "x", True, False).accepted
+    assert not _s("t", 0, "x", False, True).accepted
+    assert not _s("t", 0, "x", True, True, error="timeout").accepted
+
+
+def test_selection_policies():
+    accepted = [_s("t", 0, "long answer", True, True), _s("t", 1, "short", True, True), _s("t", 2, "mid size", True, True)]
+    assert select(accepted, "all", random.Random(0)) == accepted
+    assert select(accepted, "shortest", random.Random(0)) == [accepted[1]]
+    picked = select(accepted, "random", random.Random(0))
+    assert len(picked) == 1 and picked[0] in accepted
+    assert select([], "random", random.Random(0)) == []
+    with pytest.raises(ValueError, match="selection"):
+        select(accepted, "best", random.Random(0))
+
+
+def test_accept_and_select_report(liveshop_small):
+    tasks = {t.id: t for t in liveshop_small.tasks["train"][:3]}
+    a, b, c = list(tasks)
+    judged = [
+        _s(a, 0, "a0", True, True), _s(a, 1, "a1", True, False), _s(a, 2, "a2", True, True),
+        _s(b, 0, "b0", False, False), _s(b, 1, "", False, False, error="HTTP 500"),
+        _s(c, 0, "c0", True, True),
+    ]
+    selected, report = accept_and_select(judged, tasks, policy="shortest")
+    assert sorted(s.completion for s in selected) == ["a0", "c0"]
+    d = report.as_dict()
+    assert (d["samples"], d["accepted"], d["failed_samples"], d["selected"]) == (6, 3, 1, 2)
+    assert d["acceptance_rate"] == 0.5 and d["correct_rate"] == round(4 / 6, 4)
+    assert d["unaccepted_prompts"] == [b]
+    assert sum(k["samples"] for k in d["by_kind"].values()) == 6
+    _, all_report = accept_and_select(judged, tasks, policy="all")
+    assert all_report.selected == 3
+
+
+@dataclass
+class _FixedVerdict:
+    correct: bool
+    helpful: bool
+
+
+class _LengthJudge:
+    """Accepts completions longer than 3 characters (stands in for a rubric)."""
+
+    def score(self, task, completion):
+        return _FixedVerdict(len(completion) > 3, len(completion) > 3)
+
+
+def test_judge_samples_records_errors_without_calling_judge(liveshop_small):
+    task = liveshop_small.tasks["train"][0]
+    records = [
+        {"task_id": task.id, "sample_index": 0, "completion": "long enough", "error": None},
+        {"task_id": task.id, "sample_index": 1, "completion": None, "error": "timeout"},
+        {"task_id": "nope", "sample_index": 0, "completion": "long enough"},
+    ]
+    judged = list(judge_samples(records, {task.id: task}, _LengthJudge()))
+    assert [j.accepted for j in judged] == [True, False, False]
+    assert judged[1].error == "timeout" and "unknown task_id" in judged[2].error
