@@ -19,7 +19,7 @@ from livethink.eval.report import write_report
 
 def evaluate_teacher(teacher_type: str, tasks, judge, tokenizer, temperature: float, seed: int) -> dict:
     """Sample the teacher once per task and judge it like a model (tokens counted with the student tokenizer)."""
-    from livethink.rft_distill.teachers import make_teacher
+    from livethink.rft_distill.teachers.factory import make_teacher
     from livethink.rft_distill.teachers.base import SamplingConfig
 
     teacher = make_teacher({"type": teacher_type, "seed": seed})

@@ -35,6 +35,7 @@ def dry_run(cfg) -> dict:
         report["student"] = validate_student_config(student, check_path=False)
         if student.pretrained and not Path(student.pretrained).is_dir():
             report["student"]["note"] = f"checkpoint {student.pretrained} is not on this machine (needed at run time)"
+    report["not_checked_here"] = "hardware-dependent options (bf16, GPU count) are checked when training starts"
     report["problems"] = problems
     report["ok"] = not problems
     return report
@@ -48,7 +49,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     dry = "--dry-run" in argv
     if dry:
-        argv.remove("--dry-run")
+        # Without a GPU, TrainingArguments refuses bf16; a dry run checks everything else on the CPU.
+        argv = [a for a in argv if a != "--dry-run"] + ["--use_cpu", "true", "--bf16", "false"]
     try:
         (cfg,) = TrlParser((RFTConfig,)).parse_args_and_config(argv)
     except (ValueError, TypeError) as exc:
