@@ -19,8 +19,8 @@ from livethink.eval.report import write_report
 
 def evaluate_teacher(teacher_type: str, tasks, judge, tokenizer, temperature: float, seed: int) -> dict:
     """Sample the teacher once per task and judge it like a model (tokens counted with the student tokenizer)."""
-    from livethink.rft_distill.teachers.factory import make_teacher
     from livethink.rft_distill.teachers.base import SamplingConfig
+    from livethink.rft_distill.teachers.factory import make_teacher
 
     teacher = make_teacher({"type": teacher_type, "seed": seed})
     completions = {}

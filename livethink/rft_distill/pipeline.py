@@ -64,8 +64,8 @@ def _teacher_config(cfg: RFTConfig) -> dict[str, Any]:
 
 def sample_teacher(cfg: RFTConfig, tasks: list[Task], samples_dir: Path) -> dict[str, Any]:
     from livethink.rft_distill.sampling import sample_to_shards
-    from livethink.rft_distill.teachers.factory import make_teacher
     from livethink.rft_distill.teachers.base import SamplingConfig
+    from livethink.rft_distill.teachers.factory import make_teacher
 
     teacher = make_teacher(_teacher_config(cfg))
     sampling = SamplingConfig(temperature=cfg.teacher_temperature, top_p=cfg.teacher_top_p,
