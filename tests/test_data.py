@@ -144,3 +144,17 @@ def test_cli_generate_validate(tmp_path):
     strict = subprocess.run([sys.executable, "-m", "livethink.cli", "data", "validate", "--strict",
                              str(out / "broken.jsonl")], capture_output=True, text=True)
     assert strict.returncode == 1 and "line 2" in strict.stderr
+
+
+def test_prices_round_half_up_in_decimal():
+    p = _product(price=186.90, discount_pct=0, coupon=None, bundle=None)
+    assert _product(price=186.90, discount_pct=5, coupon=None, bundle=None).sale_price == 177.56  # 177.555
+    assert price_quote(_product(price=186.90, discount_pct=5, coupon=None, bundle=None), 1) == 177.56
+    assert price_quote(p, 3) == 560.70
+
+
+def test_plural_titles():
+    from livethink.data.liveshop.questions import plural
+
+    assert plural("Aurora Classic Jacket") == "Aurora Classic Jackets"
+    assert plural("Pebble Trail Sneakers") == "Pebble Trail Sneakers"

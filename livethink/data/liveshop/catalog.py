@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
+from decimal import ROUND_HALF_UP, Decimal
 
 from livethink.data.schema import ProductDoc
 
@@ -82,10 +83,15 @@ class Product:
 
     @property
     def sale_price(self) -> float:
-        return round(self.price * (100 - self.discount_pct) / 100, 2)
+        return cents(Decimal(str(self.price)) * (100 - self.discount_pct) / 100)
 
     def doc(self) -> ProductDoc:
         return ProductDoc(product_id=self.id, title=self.title, text=render_doc(self))
+
+
+def cents(amount: Decimal | float) -> float:
+    """Round to cents the way a till does (half up), in decimal so 177.555 becomes 177.56."""
+    return float(Decimal(str(amount)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
 
 
 def money(amount: float) -> str:
@@ -147,7 +153,7 @@ def make_product(rng: random.Random, product_id: str) -> Product:
         coupon=coupon,
         bundle=bundle,
         stock=stock,
-        shipping_days=rng.randint(1, 7),
+        shipping_days=rng.randint(2, 7),
         free_shipping_over=float(rng.choice((49, 79, 99))) if rng.random() < 0.7 else None,
         return_days=rng.choice((7, 14, 30)),
         warranty_months=rng.choice((6, 12, 24)) if rng.random() < 0.6 else None,
@@ -159,10 +165,9 @@ def make_product(rng: random.Random, product_id: str) -> Product:
 
 def price_quote(p: Product, quantity: int) -> float:
     """Total to pay for ``quantity`` units: livestream discount, then bundle, then coupon (never below 0)."""
-    subtotal = p.sale_price * quantity
+    subtotal = Decimal(str(p.sale_price)) * quantity
     if p.bundle and quantity >= p.bundle.min_quantity:
-        subtotal *= (100 - p.bundle.extra_pct) / 100
-    subtotal = round(subtotal, 2)
-    if p.coupon and subtotal >= p.coupon.threshold:
-        subtotal = max(0.0, subtotal - p.coupon.amount_off)
-    return round(subtotal, 2)
+        subtotal = Decimal(str(cents(subtotal * (100 - p.bundle.extra_pct) / 100)))
+    if p.coupon and subtotal >= Decimal(str(p.coupon.threshold)):
+        subtotal = max(Decimal(0), subtotal - Decimal(str(p.coupon.amount_off)))
+    return cents(subtotal)

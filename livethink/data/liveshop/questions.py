@@ -23,6 +23,11 @@ class Draft:
     history: tuple[Turn, ...] = ()
 
 
+def plural(title: str) -> str:
+    """'Aurora Classic Jacket' -> '... Jackets'; titles already ending in s (Sneakers) stay as they are."""
+    return title if title.endswith("s") else title + "s"
+
+
 def _num(x: float) -> str:
     return f"{x:g}"
 
@@ -125,12 +130,13 @@ def price(rng: random.Random, products: list[Product]) -> Draft:
         q = rng.choice(("How much is the {t} with the discount?", "what's the price of the {t} right now?",
                         "How much do I pay for one {t}?"))
     else:
-        q = rng.choice(("How much for {n} {t}s?", "If I buy {n} of the {t}, what's the total?",
-                        "what do {n} {t}s cost with all the deals?"))
+        q = rng.choice(("How much for {n} {ts}?", "If I buy {n} of the {t}, what's the total?",
+                        "what do {n} {ts} cost with all the deals?"))
     facts = [_coupon_fact(p), _bundle_fact(p), _shipping_fact(p)]
     # A helpful reply mentions a deal the viewer is not yet using, or how shipping works.
     difficulty = 1 if quantity == 1 and not (p.coupon and p.sale_price >= p.coupon.threshold) else 3 if quantity > 1 else 2
-    return Draft(q.format(t=p.title, n=quantity), Reference(kind="number", value=total, unit="usd"), _facts(*facts), difficulty)
+    return Draft(q.format(t=p.title, ts=plural(p.title), n=quantity), Reference(kind="number", value=total, unit="usd"),
+                 _facts(*facts), difficulty)
 
 
 def comparison(rng: random.Random, products: list[Product]) -> Draft | None:
@@ -171,7 +177,7 @@ def dialogue_ref(rng: random.Random, products: list[Product]) -> Draft:
     )
     if rng.random() < 0.5:
         q = rng.choice((f"How much is the {colour} one?", f"what's the price of the {colour} one with the discount?"))
-        ref = Reference(kind="number", value=p.sale_price, unit="usd")
+        ref = Reference(kind="number", value=price_quote(p, 1), unit="usd")  # same rule as a price question
         facts = (_coupon_fact(p), _bundle_fact(p), _shipping_fact(p))
     else:
         q = rng.choice((f"how long does the {colour} one take to ship?", f"when would the {colour} one arrive? how many days to ship?"))

@@ -1,0 +1,90 @@
+"""The judge interface: ``score(task, completion) -> Verdict(correct, helpful, details)``.
+
+Two judges share it: ``RubricJudge`` (deterministic, from the task's reference and helpful facts; the default
+of the embedded setup) and ``LLMJudge`` (the LiveThinking rubric sent to any OpenAI-compatible endpoint, see
+``llm_judge.py``). ``make_judge(config)`` picks one by ``name``. The same judge filters teacher samples in
+stage 1 (keep C=1 ∧ H=1) and gives rewards in stage 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from livethink.data.schema import Task
+from livethink.rewards.helpfulness import check_helpfulness
+from livethink.rewards.parse import Completion
+
+
+@dataclass(frozen=True)
+class Verdict:
+    correct: bool
+    helpful: bool  # always False when not correct
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def error(self) -> str | None:
+        """Why the judge could not decide (endpoint down, unparsable answer), or None."""
+        return self.details.get("error")
+
+    @property
+    def accepted(self) -> bool:
+        """The RFT acceptance rule: C = 1 and H = 1."""
+        return self.correct and self.helpful
+
+
+@runtime_checkable
+class Judge(Protocol):
+    name: str
+
+    def score(self, task: Task, completion: Completion) -> Verdict: ...
+
+    def score_many(self, items: Sequence[tuple[Task, Completion]]) -> list[Verdict]: ...
+
+
+class RubricJudge:
+    """Deterministic judge: ``correctness.py`` and ``helpfulness.py`` rules."""
+
+    name = "rubric"
+
+    def score(self, task: Task, completion: Completion) -> Verdict:
+        result = check_helpfulness(task, completion)
+        c = result.correctness
+        details = {
+            "judge": self.name,
+            "reason": result.reason,
+            "asserted": c.asserted,
+            "answer_ok": c.answer_ok,
+            "unsupported": list(c.unsupported),
+            "helpful_match": result.matched,
+        }
+        return Verdict(result.correct, result.helpful, details)
+
+    def score_many(self, items: Sequence[tuple[Task, Completion]]) -> list[Verdict]:
+        return [self.score(task, completion) for task, completion in items]
+
+
+JUDGES = ("rubric", "llm")
+
+
+def make_judge(config: dict[str, Any] | Judge | None = None) -> Judge:
+    """A judge from a config dict: ``{"name": "rubric"}`` or ``{"name": "llm", "base_url": ..., "model": ...,
+    ...}`` (see ``LLMJudgeConfig`` for the options). A judge instance is returned as is; None gives the rubric."""
+    if config is None:
+        return RubricJudge()
+    if not isinstance(config, dict):
+        if isinstance(config, Judge):
+            return config
+        raise TypeError(f"judge config must be a dict or a Judge, got {type(config).__name__}")
+    options = dict(config)
+    name = str(options.pop("name", options.pop("type", "rubric"))).lower()
+    if name == "rubric":
+        if options:
+            raise ValueError(f"the rubric judge takes no options, got {sorted(options)}")
+        return RubricJudge()
+    if name in ("llm", "openai"):
+        from livethink.rewards.llm_judge import LLMJudge, LLMJudgeConfig
+
+        return LLMJudge(LLMJudgeConfig.from_dict(options))
+    raise ValueError(f"unknown judge {name!r}: choose one of {', '.join(JUDGES)}")

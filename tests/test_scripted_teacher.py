@@ -1,0 +1,146 @@
+"""The scripted teacher: interface, real arithmetic, verbosity, and faults that the rubric judge rejects."""
+
+from __future__ import annotations
+
+import re
+import statistics
+
+import pytest
+from test_rewards_fixtures import PRICE_TWO
+
+from livethink.data.schema import HelpfulFact, ProductDoc, Reference, Task
+from livethink.rewards import RubricJudge
+from livethink.rewards.correctness import unsupported_numbers
+from livethink.rft_distill.teachers import (
+    Sample,
+    SamplingConfig,
+    ScriptedTeacher,
+    Teacher,
+    minimal_completion,
+    minimal_trace,
+)
+
+JUDGE = RubricJudge()
+
+
+@pytest.fixture(scope="module")
+def tasks(liveshop_small):
+    return liveshop_small.tasks["train"] + liveshop_small.tasks["test"]
+
+
+def words(text: str) -> int:
+    return len(text.split())
+
+
+def test_interface_streams_k_samples_per_task(tasks):
+    teacher = ScriptedTeacher()
+    assert isinstance(teacher, Teacher)
+    batches = list(teacher.generate(tasks[:5], k=3, sampling=SamplingConfig(seed=1)))
+    assert [[s.task_id for s in b] for b in batches] == [[t.id] * 3 for t in tasks[:5]]
+    assert all([s.sample_index for s in b] == [0, 1, 2] for b in batches)
+    sample = batches[0][0]
+    assert sample.teacher == "scripted" and sample.finish_reason == "stop" and sample.error is None
+    assert sample.completion.startswith("<think>\n") and sample.reply and sample.reasoning
+    assert Sample.model_validate_json(sample.model_dump_json()) == sample
+    with pytest.raises(ValueError):
+        next(teacher.generate(tasks[:1], k=0, sampling=SamplingConfig()))
+
+
+def test_deterministic_and_temperature(tasks):
+    teacher, few = ScriptedTeacher(), tasks[:20]
+    run = lambda **kw: [s.completion for b in teacher.generate(few, 2, SamplingConfig(**kw)) for s in b]  # noqa: E731
+    assert run(seed=3) == run(seed=3)
+    assert run(seed=3) != run(seed=4)
+    greedy = run(temperature=0.0)
+    assert greedy[0::2] == greedy[1::2]  # at temperature 0 the k samples of a task are identical
+
+
+def test_minimal_trace_pinned():
+    assert minimal_trace(PRICE_TWO).splitlines() == [
+        "Product: Pebble Trail Sneakers. Quantity: 2.",
+        "Unit price: 96.00 × 0.80 = 76.80.",
+        "Subtotal: 76.80 × 2 = 153.60.",
+        "Bundle: needs 3, 2 < 3, not applied.",
+        "Coupon: 153.60 ≥ 150.00, 153.60 − 10.00 = 143.60.",
+        "Answer: $143.60.",
+        "Helpful: Coupon: $10 off orders of $150 or more.",
+    ]
+    assert minimal_completion(PRICE_TWO).endswith("</think>\n\n$143.60. Coupon: $10 off orders of $150 or more.")
+
+
+def test_minimal_completions_are_correct_and_helpful(tasks):
+    for task in tasks:
+        verdict = JUDGE.score(task, minimal_completion(task))
+        assert verdict.accepted, (task.question, minimal_completion(task), verdict.details)
+
+
+def test_arithmetic_in_traces_is_real(tasks):
+    samples = [s for b in ScriptedTeacher(error_rate=0.0).generate(tasks, 2, SamplingConfig()) for s in b]
+    checked = 0
+    for s in samples:
+        for a, op, b, c in re.findall(r"([\d,]+\.\d\d) ([×−]) ([\d,.]+) = ([\d,]+\.\d\d)", s.reasoning):
+            a, b, c = (float(x.replace(",", "")) for x in (a, b, c))
+            assert abs((a * b if op == "×" else a - b) - c) <= 0.0051, (s.task_id, a, op, b, c)
+            checked += 1
+    assert checked > 200
+
+
+def test_traces_are_verbose(tasks):
+    samples = [s for b in ScriptedTeacher().generate(tasks, 1, SamplingConfig()) for s in b]
+    by_id = {t.id: t for t in tasks}
+    mean_trace = statistics.mean(words(s.reasoning) for s in samples)
+    mean_minimal = statistics.mean(words(minimal_trace(by_id[s.task_id])) for s in samples)
+    assert mean_trace >= 3 * mean_minimal
+    assert sum("double-check" in s.reasoning or "recompute" in s.reasoning or "verify" in s.reasoning
+               or "re-read" in s.reasoning for s in samples) > len(samples) // 4
+    cold = [s for b in ScriptedTeacher().generate(tasks, 1, SamplingConfig(temperature=0.0)) for s in b]
+    hot = [s for b in ScriptedTeacher().generate(tasks, 1, SamplingConfig(temperature=1.5)) for s in b]
+    assert statistics.mean(words(s.reasoning) for s in cold) < statistics.mean(words(s.reasoning) for s in hot)
+
+
+def test_fault_free_samples_are_accepted_and_cite_only_known_numbers(tasks):
+    for batch in ScriptedTeacher(error_rate=0.0).generate(tasks, 2, SamplingConfig()):
+        for s in batch:
+            task = next(t for t in tasks if t.id == s.task_id)
+            assert JUDGE.score(task, s.completion).accepted, (s.reply, task.reference)
+            assert not unsupported_numbers(task, s.reply)
+
+
+def test_every_injected_fault_is_caught(tasks):
+    by_id = {t.id: t for t in tasks}
+    kinds = set()
+    for batch in ScriptedTeacher(error_rate=0.6).generate(tasks, 2, SamplingConfig(seed=5)):
+        for s in batch:
+            verdict = JUDGE.score(by_id[s.task_id], s.completion)
+            faults = set(s.meta["faults"])
+            kinds |= faults
+            assert verdict.correct == (not faults - {"missing_fact"}), (s.meta, s.reply, verdict.details)
+            assert verdict.helpful == (not faults), (s.meta, s.reply, verdict.details)
+    assert {"hallucination", "missing_fact", "misread"} <= kinds and any(k.startswith("arithmetic") for k in kinds)
+
+
+def test_default_rates_in_band(tasks):
+    samples = [s for b in ScriptedTeacher().generate(tasks, 4, SamplingConfig()) for s in b]
+    by_id = {t.id: t for t in tasks}
+    verdicts = [JUDGE.score(by_id[s.task_id], s.completion) for s in samples]
+    c = sum(v.correct for v in verdicts) / len(verdicts)
+    h = sum(v.helpful for v in verdicts) / len(verdicts)
+    assert 0.78 <= c <= 0.88 and 0.63 <= h <= 0.77, (c, h)
+
+
+def test_max_tokens_gives_a_truncated_failed_sample(tasks):
+    sample = next(ScriptedTeacher().generate(tasks[:1], 1, SamplingConfig(max_tokens=20)))[0]
+    assert sample.error.startswith("truncated:") and sample.finish_reason == "error" and sample.reply == ""
+    assert sample.meta["raw_finish_reason"] == "length"
+    assert not JUDGE.score(tasks[0], sample.completion).correct
+
+
+def test_unknown_doc_format_falls_back_to_the_reference():
+    task = Task(
+        id="user-1", split="train",
+        product_docs=(ProductDoc(product_id="X1", title="Acme Kettle", text="Acme Kettle. Boils 1.7 litres. Costs $39.00."),),
+        question="How much is the Acme Kettle?", reference=Reference(kind="number", value=39.0, unit="usd"),
+        helpful_facts=(HelpfulFact(fact="It boils 1.7 litres.", match=("1.7 litres",)),), kind="price", difficulty=1,
+    )
+    sample = next(ScriptedTeacher(error_rate=0.0).generate([task], 1, SamplingConfig()))[0]
+    assert sample.meta["fallback"] is True and JUDGE.score(task, sample.completion).accepted
