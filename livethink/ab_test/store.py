@@ -1,0 +1,363 @@
+"""Durable, idempotent event log on SQLite (WAL, ``synchronous=FULL``) or PostgreSQL, via SQLAlchemy Core.
+
+``EventStore.append`` validates a whole batch first (nothing is written if any event is malformed, names an
+unregistered experiment or an unknown arm), then writes it in one transaction and returns one ``Ack`` per
+event only after the commit returned. Event ids are primary keys: re-sending an event is a no-op acknowledged
+as ``duplicate`` (even with another ``ts``: retries keep the first time); re-using an id for different
+content is a conflict (raised, or reported per event).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from sqlalchemy import (
+    Boolean,
+    Column,
+    Engine,
+    Float,
+    Index,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    create_engine,
+    event,
+    func,
+    select,
+)
+from sqlalchemy.dialects import postgresql, sqlite
+
+from livethink.ab_test.errors import ABError, EventConflictError, EventValidationError, UnknownExperimentError
+from livethink.ab_test.events import ExposureEvent, OutcomeEvent, ResponseEvent, parse_event
+from livethink.ab_test.experiment import Experiment, parse_experiment
+
+metadata = MetaData()
+
+events_table = Table(
+    "ab_events",
+    metadata,
+    Column("event_id", String(128), primary_key=True),
+    Column("experiment", String(64), nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("viewer_id", String(256), nullable=False),
+    Column("arm", String(64)),
+    Column("ts", Float, nullable=False),
+    Column("received_at", Float, nullable=False),
+    Column("request_id", String(128)),
+    Column("bucket", Float),
+    Column("hash_version", Integer),
+    Column("latency_ms", Float),
+    Column("ttft_ms", Float),
+    Column("tokens", Integer),
+    Column("deadline_met", Boolean),
+    Column("correct", Boolean),
+    Column("helpful", Boolean),
+    Column("status", String(16)),
+    Column("outcome_type", String(16)),
+    Column("gmv", Float),
+    Column("simulated", Boolean, nullable=False),
+    Column("digest", String(32), nullable=False),
+    Index("ix_ab_events_experiment_kind_ts", "experiment", "kind", "ts"),
+)
+
+experiments_table = Table(
+    "ab_experiments",
+    metadata,
+    Column("id", Integer, primary_key=True, autoincrement=True),
+    Column("name", String(64), nullable=False, index=True),
+    Column("digest", String(32), nullable=False),
+    Column("config", Text, nullable=False),
+    Column("registered_at", Float, nullable=False),
+)
+
+AnyEvent = ExposureEvent | ResponseEvent | OutcomeEvent
+_CONTENT_FIELDS = (
+    "experiment", "kind", "viewer_id", "arm", "ts", "request_id", "bucket", "hash_version", "latency_ms",
+    "ttft_ms", "tokens", "deadline_met", "correct", "helpful", "status", "outcome_type", "gmv", "simulated",
+)  # fmt: skip
+_DIGEST_FIELDS = tuple(k for k in _CONTENT_FIELDS if k != "ts")
+_IN_CHUNK = 500
+
+
+@dataclass(frozen=True)
+class Ack:
+    """Acknowledgement of one event: durably committed now (``stored``) or earlier (``duplicate``)."""
+
+    event_id: str
+    status: Literal["stored", "duplicate", "conflict"]
+
+
+def normalize_url(url: str | Path) -> str:
+    """A plain path means a SQLite file; anything with ``://`` is an SQLAlchemy URL."""
+    s = str(url)
+    if "://" in s:
+        return s
+    return f"sqlite:///{Path(s).expanduser().resolve()}"
+
+
+def _row(ev: AnyEvent, received_at: float) -> dict[str, Any]:
+    row: dict[str, Any] = dict.fromkeys(_CONTENT_FIELDS)
+    row.update(
+        event_id=ev.event_id, experiment=ev.experiment, kind=ev.kind, viewer_id=ev.viewer_id, ts=ev.ts,
+        simulated=ev.simulated, received_at=received_at,
+    )  # fmt: skip
+    if isinstance(ev, ExposureEvent):
+        row.update(arm=ev.arm, request_id=ev.request_id, bucket=ev.bucket, hash_version=ev.hash_version)
+    elif isinstance(ev, ResponseEvent):
+        row.update(
+            arm=ev.arm, request_id=ev.request_id, latency_ms=ev.latency_ms, ttft_ms=ev.ttft_ms, tokens=ev.tokens,
+            deadline_met=ev.deadline_met, correct=ev.correct, helpful=ev.helpful, status=ev.status,
+        )  # fmt: skip
+    else:
+        row.update(outcome_type=ev.type, gmv=ev.gmv)
+    # ``ts`` is left out: a retried event (e.g. an outcome timestamped on receipt) is a duplicate, not a conflict
+    blob = repr([row[k] for k in _DIGEST_FIELDS])  # str/int/float/bool/None reprs are stable
+    row["digest"] = hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
+    return row
+
+
+class EventStore:
+    """The A/B event log. Thread-safe; one instance per process is enough (writes are serialised)."""
+
+    def __init__(
+        self,
+        url: str | Path,
+        *,
+        synchronous: Literal["FULL", "NORMAL"] = "FULL",
+        busy_timeout_s: float = 30.0,
+        create: bool = True,
+    ):
+        self.url = normalize_url(url)
+        self.dialect = self.url.split(":", 1)[0].split("+", 1)[0]
+        if self.dialect == "sqlite":
+            path = self.url.removeprefix("sqlite:///")
+            if path and path != ":memory:":
+                if not create and not Path(path).exists():
+                    raise ABError(f"db: {path} does not exist")
+                Path(path).parent.mkdir(parents=True, exist_ok=True)
+            self.engine = self._sqlite_engine("BEGIN IMMEDIATE", synchronous, busy_timeout_s)
+            self.read_engine = self._sqlite_engine("BEGIN", synchronous, busy_timeout_s)
+        else:
+            self.engine = create_engine(self.url, pool_pre_ping=True)
+            self.read_engine = self.engine
+        metadata.create_all(self.engine)
+        self._lock = threading.Lock()
+        self._arms: dict[str, set[str]] = {}
+        self._refresh_registry()
+
+    def _sqlite_engine(self, begin: str, synchronous: str, busy_timeout_s: float) -> Engine:
+        engine = create_engine(self.url, connect_args={"timeout": busy_timeout_s, "check_same_thread": False})
+
+        @event.listens_for(engine, "connect")
+        def _on_connect(dbapi_conn: Any, _record: Any) -> None:
+            dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
+            cur = dbapi_conn.cursor()
+            cur.execute("PRAGMA journal_mode=WAL")
+            cur.execute(f"PRAGMA synchronous={synchronous}")
+            cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
+            cur.close()
+
+        @event.listens_for(engine, "begin")
+        def _on_begin(conn: Any) -> None:
+            conn.exec_driver_sql(begin)
+
+        return engine
+
+    def close(self) -> None:
+        self.engine.dispose()
+        if self.read_engine is not self.engine:
+            self.read_engine.dispose()
+
+    def __enter__(self) -> EventStore:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # -- experiments ------------------------------------------------------------------------------------
+    def register_experiment(self, experiment: Experiment) -> bool:
+        """Record this config version (no-op if it is already the latest); returns True when a row was added."""
+        digest = experiment.digest()
+        with self._lock, self.engine.begin() as conn:
+            latest = conn.execute(
+                select(experiments_table.c.digest)
+                .where(experiments_table.c.name == experiment.name)
+                .order_by(experiments_table.c.id.desc())
+                .limit(1)
+            ).scalar()
+            added = latest != digest
+            if added:
+                conn.execute(
+                    experiments_table.insert().values(
+                        name=experiment.name,
+                        digest=digest,
+                        config=json.dumps(experiment.to_dict()),
+                        registered_at=time.time(),
+                    )  # fmt: skip
+                )
+            self._arms.setdefault(experiment.name, set()).update(experiment.arm_names)
+        return added
+
+    def _refresh_registry(self) -> None:
+        with self.read_engine.connect() as conn:
+            rows = conn.execute(select(experiments_table.c.name, experiments_table.c.config)).all()
+        arms: dict[str, set[str]] = {}
+        for name, config in rows:
+            arms.setdefault(name, set()).update(a["name"] for a in json.loads(config)["arms"])
+        self._arms = arms
+
+    def experiment_names(self) -> list[str]:
+        self._refresh_registry()
+        return sorted(self._arms)
+
+    def experiment(self, name: str) -> Experiment:
+        """Latest registered config of ``name``."""
+        return self.experiment_history(name)[-1]
+
+    def experiment_history(self, name: str) -> list[Experiment]:
+        """All registered versions of ``name``, oldest first; ``UnknownExperimentError`` if none."""
+        with self.read_engine.connect() as conn:
+            rows = (
+                conn.execute(
+                    select(experiments_table.c.config)
+                    .where(experiments_table.c.name == name)
+                    .order_by(experiments_table.c.id)
+                )
+                .scalars()
+                .all()
+            )
+        if not rows:
+            known = self.experiment_names()
+            raise UnknownExperimentError(
+                f"experiment: {name!r} is not registered in {self._safe_url()} (known: {known})"
+            )
+        out = []
+        for raw in rows:
+            cfg = json.loads(raw)
+            # validated when registered; its variants are known by definition
+            variants = {a["variant"] for a in cfg.get("arms", []) if a.get("variant")}
+            out.append(parse_experiment(cfg, known_variants=variants, where=f"stored experiment {name!r}"))
+        return out
+
+    def _safe_url(self) -> str:
+        return self.engine.url.render_as_string(hide_password=True)
+
+    # -- writing ----------------------------------------------------------------------------------------
+    def validate(self, events: Iterable[AnyEvent | dict]) -> list[AnyEvent]:
+        """Parse and check events against the registered experiments; raise naming ``events[i].field``."""
+        parsed: list[AnyEvent] = []
+        for i, raw in enumerate(events):
+            try:
+                ev = parse_event(raw)
+            except EventValidationError as exc:
+                raise EventValidationError(f"events[{i}].{exc}") from None
+            arms = self._arms.get(ev.experiment)
+            if arms is None:
+                self._refresh_registry()
+                arms = self._arms.get(ev.experiment)
+                if arms is None:
+                    raise UnknownExperimentError(
+                        f"events[{i}].experiment: {ev.experiment!r} is not registered (known: {sorted(self._arms)})"
+                    )
+            arm = getattr(ev, "arm", None)
+            if arm is not None and arm not in arms:
+                raise EventValidationError(
+                    f"events[{i}].arm: unknown arm {arm!r} for experiment {ev.experiment!r} (arms: {sorted(arms)})"
+                )
+            parsed.append(ev)
+        return parsed
+
+    def append(
+        self, events: Sequence[AnyEvent | dict], *, on_conflict: Literal["raise", "report"] = "raise"
+    ) -> list[Ack]:
+        """Durably write a batch; returns acks in input order after the commit.
+
+        ``on_conflict="raise"``: an id re-used with different content aborts the whole batch
+        (``EventConflictError``). ``"report"``: other events are written and that one is acked ``conflict``.
+        """
+        parsed = self.validate(events)
+        if not parsed:
+            return []
+        now = time.time()
+        rows: dict[str, dict[str, Any]] = {}
+        status: dict[str, str] = {}
+        for ev in parsed:
+            row = _row(ev, now)
+            seen = rows.get(ev.event_id)
+            if seen is None:
+                rows[ev.event_id] = row
+            elif seen["digest"] != row["digest"]:
+                status[ev.event_id] = "conflict"
+        ids = list(rows)
+        with self._lock, self.engine.begin() as conn:
+            existing: dict[str, str] = {}
+            for k in range(0, len(ids), _IN_CHUNK):
+                chunk = ids[k : k + _IN_CHUNK]
+                q = select(events_table.c.event_id, events_table.c.digest).where(
+                    events_table.c.event_id.in_(chunk)
+                )
+                existing.update(conn.execute(q).tuples().all())
+            for eid, digest in existing.items():
+                if status.get(eid) != "conflict":
+                    status[eid] = "duplicate" if digest == rows[eid]["digest"] else "conflict"
+            conflicts = [eid for eid, s in status.items() if s == "conflict"]
+            if conflicts and on_conflict == "raise":
+                raise EventConflictError(conflicts)  # rolls back: nothing written
+            new_rows = [r for eid, r in rows.items() if eid not in status]
+            if new_rows:
+                sql, keys, positional = self._insert_sql
+                params = [tuple(r[k] for k in keys) if positional else r for r in new_rows]
+                conn.exec_driver_sql(sql, params)  # executemany; skips per-row type processing
+        return [Ack(ev.event_id, status.get(ev.event_id, "stored")) for ev in parsed]  # type: ignore[arg-type]
+
+    @functools.cached_property
+    def _insert_sql(self) -> tuple[str, tuple[str, ...], bool]:
+        """INSERT ... ON CONFLICT DO NOTHING compiled once for this dialect: (sql, param keys, positional)."""
+        if self.dialect == "sqlite":
+            stmt: Any = sqlite.insert(events_table).on_conflict_do_nothing(index_elements=["event_id"])
+        elif self.dialect == "postgresql":
+            stmt = postgresql.insert(events_table).on_conflict_do_nothing(index_elements=["event_id"])
+        else:
+            stmt = events_table.insert()
+        cols = [c.name for c in events_table.columns]
+        compiled = stmt.compile(dialect=self.engine.dialect, column_keys=cols)
+        keys = tuple(compiled.positiontup) if compiled.positional else tuple(cols)
+        return compiled.string, keys, bool(compiled.positional)
+
+    # -- reading ----------------------------------------------------------------------------------------
+    def fetch(self, experiment: str, kind: str, columns: Sequence[str]) -> list[tuple]:
+        """Rows of one event kind of one experiment, ordered by event time."""
+        cols = [events_table.c[c] for c in columns]
+        q = (
+            select(*cols)
+            .where(events_table.c.experiment == experiment, events_table.c.kind == kind)
+            .order_by(events_table.c.ts)
+        )
+        with self.read_engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(q).all()]
+
+    def count(self, experiment: str | None = None) -> int:
+        q = select(func.count()).select_from(events_table)
+        if experiment is not None:
+            q = q.where(events_table.c.experiment == experiment)
+        with self.read_engine.connect() as conn:
+            return int(conn.execute(q).scalar_one())
+
+    def present_ids(self, event_ids: Iterable[str]) -> set[str]:
+        ids = list(event_ids)
+        found: set[str] = set()
+        with self.read_engine.connect() as conn:
+            for k in range(0, len(ids), _IN_CHUNK):
+                q = select(events_table.c.event_id).where(events_table.c.event_id.in_(ids[k : k + _IN_CHUNK]))
+                found.update(conn.execute(q).scalars().all())
+        return found

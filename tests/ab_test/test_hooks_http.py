@@ -1,0 +1,197 @@
+"""Server integration: a minimal FastAPI app wired like livethink's server, driven by the HTTP simulator."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+import pytest
+from fastapi import FastAPI, HTTPException, Request
+
+from livethink.ab_test.assignment import Assigner
+from livethink.ab_test.errors import EventConflictError, UnknownExperimentError
+from livethink.ab_test.events import OutcomeIn
+from livethink.ab_test.experiment import parse_experiment
+from livethink.ab_test.hooks import (
+    SIMULATED_HEADER,
+    ExperimentHooks,
+    ExperimentHooksProtocol,
+    arecord_outcome,
+    close_hooks,
+    experiment_summary,
+    open_hooks,
+    record_outcome,
+)
+from livethink.ab_test.simulate import check_loopback, judge_reply, simulate_http
+from livethink.ab_test.store import EventStore
+
+EXP = parse_experiment(
+    {
+        "name": "live1",
+        "arms": [
+            {"name": "rft", "weight": 0.5, "variant": "rft"},
+            {"name": "drpo", "weight": 0.5, "variant": "drpo", "budget": {"thinking_budget": 64}},
+        ],
+        "min_viewers_per_arm": 5,
+    }  # fmt: skip
+)
+
+
+def make_app(hooks: dict[str, ExperimentHooks], store: EventStore) -> FastAPI:
+    """What livethink.serve does with the hooks (a fake engine replies instantly)."""
+    app = FastAPI()
+    h = hooks["live1"]
+
+    @app.post("/v1/livestream/reply")
+    async def reply(body: dict, request: Request) -> dict:
+        sim = request.headers.get(SIMULATED_HEADER) == "1"
+        a = h.assign(body["viewer_id"])
+        rid = uuid.uuid4().hex
+        h.on_exposure(body["viewer_id"], a, request_id=rid, simulated=sim)
+        settings = h.arm_settings(a.arm)
+        fast = settings is not None and settings.variant == "drpo"
+        latency = 250.0 if fast else 950.0
+        text = "It ships in 2 days. Free returns within 30 days." if fast else "Shipping takes 3 days."
+        fut = h.on_response(body["viewer_id"], a.arm, request_id=rid, latency_ms=latency, tokens=40,
+                            deadline_met=True, simulated=sim)  # fmt: skip
+        if fut is not None:
+            await asyncio.wrap_future(fut)
+        return {"request_id": rid, "arm": a.arm, "reply": text, "timings": {"e2e_ms": latency},
+                "deadline_met": True, "tokens": {"total": 40}}  # fmt: skip
+
+    @app.post("/v1/ab/outcomes")
+    async def outcomes(body: OutcomeIn) -> dict:
+        try:
+            ack = await arecord_outcome(hooks, body)
+        except UnknownExperimentError as exc:
+            raise HTTPException(404, str(exc)) from None
+        except EventConflictError as exc:
+            raise HTTPException(409, str(exc)) from None
+        return {"event_id": ack.event_id, "status": ack.status}
+
+    @app.get("/v1/ab/experiments/{name}")
+    def summary(name: str) -> dict:
+        try:
+            return experiment_summary(store, name, max_age_s=0)
+        except UnknownExperimentError as exc:
+            raise HTTPException(404, str(exc)) from None
+
+    return app
+
+
+@pytest.fixture
+def served(tmp_path: Path):
+    store = EventStore(tmp_path / "live.db")
+    hooks = open_hooks([EXP], store)
+    yield make_app(hooks, store), store, hooks
+    close_hooks(hooks)
+
+
+def _client(app: FastAPI) -> httpx.AsyncClient:
+    return httpx.AsyncClient(transport=httpx.ASGITransport(app=app), base_url="http://127.0.0.1")
+
+
+def test_hooks_satisfy_protocol(served) -> None:
+    _, _, hooks = served
+    h = hooks["live1"]
+    assert isinstance(h, ExperimentHooksProtocol)
+    a = h.assign("viewer-1")
+    assert a == Assigner(EXP)("viewer-1") and a.in_experiment
+    assert h.arm_settings(None) is None
+
+
+def test_schedule_gates_assignment(tmp_path: Path) -> None:
+    future = parse_experiment({**EXP.to_dict(), "name": "later", "start": "2099-01-01T00:00:00Z"})
+    with EventStore(tmp_path / "s.db") as store:
+        h = ExperimentHooks(future, store)
+        a = h.assign("v1")
+        assert not a.in_experiment and a.arm is None
+        assert h.on_exposure("v1", a, request_id="r1") is None
+        h.close()
+
+
+def test_simulator_against_server(served) -> None:
+    app, store, _ = served
+
+    async def run() -> dict:
+        async with _client(app) as client:
+            result = await simulate_http("http://127.0.0.1", "live1", requests=300, seed=1, concurrency=8,
+                                         client=client, run_id="t")  # fmt: skip
+            summary = (await client.get("/v1/ab/experiments/live1")).json()
+            missing = await client.get("/v1/ab/experiments/nope")
+            assert missing.status_code == 404
+            return {"result": result, "summary": summary}
+
+    out = asyncio.run(run())
+    result, summary = out["result"], out["summary"]
+    assert result["replies_ok"] == 300 and result["errors"] == 0 and result["malformed"] == 0
+    assert result["outcomes_posted"] > 30 and result["outcomes_acked"] == result["outcomes_posted"]
+    assert set(result["arms"]) == {"rft", "drpo"}
+    assert store.count("live1") == 600 + result["outcomes_acked"]
+    rows = store.fetch("live1", "exposure", ["viewer_id", "simulated"])
+    assert all(v.startswith("sim-t-") and sim for v, sim in rows)
+    outcomes = store.fetch("live1", "outcome", ["simulated"])
+    assert outcomes and all(sim for (sim,) in outcomes)
+    assert summary["experiment"] == "live1" and summary["simulated"] and summary["viewers"] == 300
+    assert summary["arms"]["drpo"]["latency_p50_ms"] == 250.0
+    assert summary["verdict"]["line"]
+
+
+def test_outcome_endpoint_errors(served) -> None:
+    app, store, _ = served
+
+    async def run() -> list[httpx.Response]:
+        async with _client(app) as client:
+            ok = {"event_id": "e1", "viewer_id": "v1", "experiment": "live1", "type": "order", "gmv": 9.5}
+            return [
+                await client.post("/v1/ab/outcomes", json=ok),
+                await client.post("/v1/ab/outcomes", json=ok),  # duplicate: idempotent
+                await client.post("/v1/ab/outcomes", json={**ok, "gmv": 10.0}),  # same id, new content
+                await client.post("/v1/ab/outcomes", json={**ok, "event_id": "e2", "gmv": -1}),
+                await client.post("/v1/ab/outcomes", json={**ok, "event_id": "e3", "type": "refund"}),
+                await client.post("/v1/ab/outcomes", json={**ok, "event_id": "e4", "experiment": "nope"}),
+            ]
+
+    r = asyncio.run(run())
+    assert [x.status_code for x in r] == [200, 200, 409, 422, 422, 404]
+    assert r[0].json()["status"] == "stored" and r[1].json()["status"] == "duplicate"
+    assert r[3].json()["detail"][0]["loc"] == ["body", "gmv"]
+    assert r[4].json()["detail"][0]["loc"] == ["body", "type"]
+    assert store.count("live1") == 1
+    assert time.time() - store.fetch("live1", "outcome", ["ts"])[0][0] < 60
+
+
+def test_sync_record_outcome(served) -> None:
+    _, store, hooks = served
+    ack = record_outcome(
+        hooks, {"event_id": "s1", "viewer_id": "v", "experiment": "live1", "type": "click"}
+    ).result(30)
+    assert ack.status == "stored" and store.present_ids(["s1"]) == {"s1"}
+    with pytest.raises(UnknownExperimentError, match="experiment"):
+        record_outcome(hooks, {"event_id": "s2", "viewer_id": "v", "experiment": "zzz", "type": "click"})
+
+
+def test_loopback_only_and_bounds() -> None:
+    for url in ("http://127.0.0.1:8000", "http://localhost:9", "http://[::1]:8000"):
+        check_loopback(url)
+    for url in ("http://10.0.0.1:8000", "https://example.com", "http://0.0.0.0:80"):
+        with pytest.raises(ValueError, match="loopback"):
+            check_loopback(url)
+    with pytest.raises(ValueError, match="requests"):
+        asyncio.run(simulate_http("http://127.0.0.1:1", "live1", requests=0))
+
+
+def test_judge_reply() -> None:
+    number = {
+        "reference": {"kind": "number", "value": 2},
+        "helpful_facts": [{"fact": "f", "match": ["return"]}],
+    }
+    assert judge_reply(number, "Ships in 2 days, free returns.") == (True, True)
+    assert judge_reply(number, "Ships in 3 days.") == (False, False)
+    assert judge_reply({"reference": {"kind": "yes_no", "value": True}}, "Yes, waterproof.") == (True, None)
+    assert judge_reply({"reference": {"kind": "not_stated"}}, "The colour is not stated.")[0] is True
+    assert judge_reply({"reference": {"kind": "entity", "value": "Lumo"}}, "It's by lumo.")[0] is True
+    assert judge_reply({}, "anything") == (None, None)
