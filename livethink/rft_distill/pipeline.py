@@ -56,7 +56,7 @@ def _teacher_config(cfg: RFTConfig) -> dict[str, Any]:
         config["error_rate"] = cfg.teacher_error_rate
     if cfg.teacher == "openai":
         config.update(base_url=cfg.teacher_base_url, model=cfg.teacher_model, api_key_env=cfg.teacher_api_key_env,
-                      concurrency=cfg.teacher_concurrency)
+                      concurrency=cfg.teacher_concurrency, send_seed=cfg.teacher_send_seed)
     if cfg.teacher in ("vllm", "transformers"):
         config["model"] = cfg.teacher_model
     return config
