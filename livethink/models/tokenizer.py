@@ -11,7 +11,7 @@ Pre-tokenization follows Qwen2/3: a regex split that puts every digit in its own
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from tokenizers import AddedToken, Regex, Tokenizer, decoders, models, normalizers, pre_tokenizers, trainers
@@ -109,10 +109,21 @@ def wrap_tokenizer(tok: Tokenizer, model_max_length: int = 2048) -> PreTrainedTo
 
 
 def save_tokenizer(tokenizer: PreTrainedTokenizerFast, out_dir: str | Path) -> Path:
-    """Save as a HF tokenizer directory (``tokenizer.json``, ``tokenizer_config.json``, chat template)."""
+    """Save as a HF tokenizer directory (``tokenizer.json``, ``tokenizer_config.json``, chat template).
+
+    The class is recorded as ``PreTrainedTokenizerFast`` (transformers 5 writes ``TokenizersBackend``, which
+    transformers 4.x, used by some vLLM builds, does not know); both load the same ``tokenizer.json``.
+    """
+    import json
+
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     tokenizer.save_pretrained(out)
+    config_file = out / "tokenizer_config.json"
+    config = json.loads(config_file.read_text())
+    if config.get("tokenizer_class") == "TokenizersBackend":
+        config["tokenizer_class"] = "PreTrainedTokenizerFast"
+        config_file.write_text(json.dumps(config, indent=2, ensure_ascii=False) + "\n")
     return out
 
 
@@ -140,3 +151,44 @@ def check_tokenizer(tokenizer: PreTrainedTokenizerFast) -> None:
         raise ValueError(f"eos/pad must be {IM_END!r}/{PAD_TOKEN!r}, got {tokenizer.eos_token!r}/{tokenizer.pad_token!r}")
     if not tokenizer.chat_template:
         raise ValueError("tokenizer has no chat_template")
+
+
+def corpus_from_tasks(tasks: Iterable) -> Iterator[str]:
+    """Texts of LiveShop task records for tokenizer training: system prompt + docs, dialogue, question, facts.
+
+    Each message is prefixed with its role as the chat template lays it out, so role names become single
+    tokens. Assistant-side text (teacher traces) can be appended by the caller; the helpful facts and the docs
+    already carry the reply vocabulary (prices, sizes, policies).
+    """
+    from livethink.data.prompt import build_messages
+
+    for task in tasks:
+        for message in build_messages(task):
+            yield f"{message['role']}\n{message['content']}"
+        yield "assistant\n"  # the generation prompt every example ends with
+        for fact in task.helpful_facts:
+            yield fact.fact
+
+
+def texts_from_file(path: str | Path) -> Iterator[str]:
+    """Extra corpus texts: a ``.txt`` file (one text per line) or a JSONL file whose records hold a string
+    ``text`` / ``completion`` / ``reasoning`` / ``reply`` field (e.g. teacher samples)."""
+    import json
+
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"no such corpus file: {path}")
+    with path.open(encoding="utf-8") as fh:
+        if path.suffix != ".jsonl":
+            yield from (line.rstrip("\n") for line in fh if line.strip())
+            return
+        for lineno, line in enumerate(fh, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                raise ValueError(f"{path}: line {lineno}: invalid JSON ({exc})") from exc
+            for key in ("text", "completion", "reasoning", "reply"):
+                if isinstance(record.get(key), str):
+                    yield record[key]
