@@ -87,7 +87,9 @@ class TransformersGenerator:
         self.torch = torch
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self.tokenizer.padding_side = "left"
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32).eval()
+        # Router logits are a training-time output; with left padding they break Qwen3-MoE's aux-loss code.
+        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32,
+                                                          output_router_logits=False).eval()
         self.batch_size = batch_size
 
     def _run(self, prompts: list[str], max_tokens: int, temperature: float):
