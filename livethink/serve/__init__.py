@@ -1,0 +1,39 @@
+"""Latency-budgeted serving: engines (vLLM ``AsyncLLM``, transformers fallback), the budget controller, the
+FastAPI app (OpenAI-compatible chat completions, ``/v1/livestream/reply``), metrics and A/B hooks.
+
+Modules: ``budget`` (pure math), ``controller`` (estimates, queue, admission), ``engines`` (engine layer),
+``reasoning`` (think/reply split), ``generation`` (one request's deadline-bounded generation), ``protocol``
+(HTTP models), ``errors``, ``hooks`` (A/B adapter), ``metrics``, ``config``, ``service`` (the request path),
+``responses`` (response bodies, SSE), ``app``, ``cli``. See docs/serving.md.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "create_app": "app",
+    "ServeConfig": "config",
+    "load_config": "config",
+    "dry_run": "config",
+    "BudgetPolicy": "budget",
+    "Estimates": "budget",
+    "TokenBudget": "budget",
+    "Reject": "budget",
+    "plan_budget": "budget",
+    "BudgetController": "controller",
+    "Service": "service",
+    "ServeHooks": "hooks",
+    "ArmChoice": "hooks",
+    "NoExperiment": "hooks",
+    "ABTestHooks": "hooks",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'livethink.serve' has no attribute {name!r}")
+    return getattr(importlib.import_module(f"livethink.serve.{module}"), name)

@@ -1,0 +1,352 @@
+"""FastAPI app: OpenAI-compatible chat completions (+ SSE), the livestream reply endpoint, health, models,
+Prometheus metrics, A/B outcome/summary endpoints, admin status. A thin layer over ``service.Service``.
+
+Every error is JSON ``{"error": {"message", "type", "param", "code"}}``: validation errors are 400s naming the
+field, unknown routes 404, anything unexpected a generic 500 without a stack trace (logged server-side).
+Bearer auth (``auth`` in the config): when API keys are set, every endpoint except ``auth.public_paths`` needs
+one; when admin keys are set, admin endpoints need one of those.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import hmac
+import json
+import logging
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from fastapi import Depends, FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse, Response, StreamingResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from livethink import __version__
+from livethink.serve.config import ServeConfig
+from livethink.serve.engines import EngineSet, start_engines
+from livethink.serve.errors import APIError, bad_request, not_found, validation_error
+from livethink.serve.hooks import (
+    ABTestHooks,
+    ConflictError,
+    NoExperiment,
+    NotFoundError,
+    PayloadError,
+    ServeHooks,
+)
+from livethink.serve.metrics import CONTENT_TYPE_LATEST, ServeMetrics
+from livethink.serve.protocol import ChatCompletionRequest, LivestreamReplyRequest, model_card
+from livethink.serve.responses import chat_body, livestream_body, sse_chunks
+from livethink.serve.service import AUTO_MODEL, Result, Service
+
+log = logging.getLogger(__name__)
+SIMULATED_HEADER = "X-Livethink-Simulated"  # = livethink.ab_test.hooks.SIMULATED_HEADER (checked by a test)
+DISCONNECT_POLL_S = 0.05
+
+
+ARRIVAL_KEY = "livethink.arrival"
+
+
+class ArrivalTime:
+    """ASGI middleware: stamp each request with its arrival time (monotonic) before anything else runs, so
+    deadlines count from the moment the request reached the app, body parsing included."""
+
+    def __init__(self, app: Any):
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            scope[ARRIVAL_KEY] = time.monotonic()
+        await self.app(scope, receive, send)
+
+
+class ClientGone(Exception):
+    """The client closed the connection before the reply was ready."""
+
+
+def _auth_dependency(admin: bool):
+    async def check(request: Request) -> None:
+        keys, admin_keys = request.app.state.auth_keys
+        if request.url.path in request.app.state.config.auth.public_paths:
+            return
+        required = admin_keys if (admin and admin_keys) else keys | admin_keys
+        if not required:
+            return
+        header = request.headers.get("authorization", "")
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise APIError(
+                401,
+                "Authorization: missing bearer token",
+                "authentication_error",
+                "Authorization",
+                "missing_api_key",
+                {"WWW-Authenticate": "Bearer"},
+            )
+        if not any(hmac.compare_digest(token.strip(), k) for k in required):
+            if admin and admin_keys and any(hmac.compare_digest(token.strip(), k) for k in keys):
+                raise APIError(
+                    403,
+                    "Authorization: this endpoint needs an admin token",
+                    "permission_error",
+                    "Authorization",
+                    "admin_required",
+                )
+            raise APIError(
+                401,
+                "Authorization: invalid bearer token",
+                "authentication_error",
+                "Authorization",
+                "invalid_api_key",
+                {"WWW-Authenticate": "Bearer"},
+            )
+
+    return check
+
+
+require_key = Depends(_auth_dependency(admin=False))
+require_admin = Depends(_auth_dependency(admin=True))
+
+
+def _install_error_handlers(app: FastAPI) -> None:
+    @app.exception_handler(APIError)
+    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
+        return exc.response()
+
+    @app.exception_handler(RequestValidationError)
+    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
+        return validation_error(list(exc.errors())).response()
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
+        kind = {404: "not_found_error", 405: "invalid_request_error"}.get(
+            exc.status_code, "invalid_request_error"
+        )
+        message = "no such endpoint" if exc.status_code == 404 else str(exc.detail)
+        return APIError(exc.status_code, message, kind, None, None, dict(exc.headers or {})).response()
+
+    @app.exception_handler(Exception)
+    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("unhandled error on %s %s", request.method, request.url.path)
+        return APIError(500, "internal server error", "server_error").response()
+
+
+def _guard(handler: Any) -> Any:
+    """Turn an unexpected exception of an endpoint into the generic 500 JSON (logged here with its trace).
+
+    Starlette's own catch-all re-raises after answering, which makes uvicorn drop the connection; answering
+    from the endpoint keeps it a normal response.
+    """
+
+    @functools.wraps(handler)
+    async def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return await handler(*args, **kwargs)
+        except APIError:
+            raise
+        except Exception:
+            log.exception("unhandled error in %s", handler.__name__)
+            return APIError(500, "internal server error", "server_error").response()
+
+    return wrapper
+
+
+async def _parse(request: Request, model: type) -> Any:
+    """Read and validate a JSON body (so malformed JSON and wrong types are our 400s)."""
+    raw = await request.body()
+    if not raw.strip():
+        raise bad_request("the request body is empty (expected a JSON object)", None, "empty_body")
+    try:
+        data = json.loads(raw)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise bad_request(f"malformed JSON body: {exc}", None, "invalid_json") from None
+    if not isinstance(data, dict):
+        raise bad_request(f"the body must be a JSON object, got {type(data).__name__}", None, "invalid_type")
+    from pydantic import ValidationError
+
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise validation_error(list(exc.errors())) from None
+
+
+async def _until_disconnect(request: Request, coro: Any) -> Any:
+    """Run ``coro``; cancel it (aborting the engine request) if the client goes away meanwhile."""
+    task = asyncio.ensure_future(coro)
+    try:
+        while True:
+            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+            if done:
+                return task.result()
+            if await request.is_disconnected():
+                task.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+                raise ClientGone
+    finally:
+        if not task.done():
+            task.cancel()
+
+
+def create_app(
+    config: ServeConfig, engine_set: EngineSet | None = None, hooks: ServeHooks | None = None
+) -> FastAPI:
+    """The server. Engines are started in the app's lifespan (pass ``engine_set`` to inject your own)."""
+
+    @contextlib.asynccontextmanager
+    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        metrics = ServeMetrics()
+        es = engine_set
+        if es is None:
+            es = await start_engines(config)
+        else:
+            for engine in es.engines.values():
+                await engine.start()
+        h = hooks
+        if h is None and config.experiment is not None:
+            h = ABTestHooks.open(
+                config.experiment.file,
+                config.experiment.store,
+                set(config.models),
+                on_error=lambda kind: metrics.ab_errors.labels(kind).inc(),
+            )
+        svc = Service(config, es.engines, es.engine_keys, es.capacities, h or NoExperiment(), metrics)
+        if config.engine.warmup:
+            await svc.warmup()
+        app.state.service = svc
+        app.state.started = int(time.time())
+        lag_task = asyncio.create_task(svc.controller.loop_lag.run())
+        try:
+            yield
+        finally:
+            lag_task.cancel()
+            for engine in es.engines.values():
+                try:
+                    await engine.stop()
+                except Exception:
+                    log.warning("engine stop failed", exc_info=True)
+            if h is not None and hooks is None:
+                h.close()
+
+    app = FastAPI(
+        title="livethink",
+        version=__version__,
+        lifespan=lifespan,
+        description="Latency-budgeted livestream replies on vLLM",
+    )
+    app.state.config = config
+    app.state.auth_keys = config.auth.keys()
+    app.add_middleware(ArrivalTime)
+    _install_error_handlers(app)
+
+    def service(request: Request) -> Service:
+        return request.app.state.service
+
+    def simulated(request: Request) -> bool:
+        return request.headers.get(SIMULATED_HEADER) == "1"
+
+    @app.get("/health", dependencies=[require_key])
+    async def health(request: Request) -> dict[str, Any]:
+        svc = service(request)
+        return {"status": "ok", "models": svc.models, "engines": {k: e.kind for k, e in svc.engines.items()}}
+
+    @app.get("/version", dependencies=[require_key])
+    async def version() -> dict[str, str]:
+        return {"version": __version__}
+
+    @app.get("/v1/models", dependencies=[require_key])
+    async def models(request: Request) -> dict[str, Any]:
+        svc = service(request)
+        created = request.app.state.started
+        data = [model_card(m, created, engine=svc.engines[svc.engine_keys[m]].kind) for m in svc.models]
+        data.append(
+            model_card(
+                AUTO_MODEL,
+                created,
+                root=config.default_model,
+                description="A/B arm's model for the viewer (user / viewer_id), else the default",
+            )
+        )
+        return {"object": "list", "data": data}
+
+    @app.get("/metrics", dependencies=[require_key])
+    async def metrics(request: Request) -> Response:
+        return Response(service(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+
+    @app.post("/v1/livestream/reply", dependencies=[require_key])
+    @_guard
+    async def livestream_reply(request: Request) -> JSONResponse:
+        body: LivestreamReplyRequest = await _parse(request, LivestreamReplyRequest)
+        svc = service(request)
+        job = svc.prepare_livestream(body, simulated(request), request.scope.get(ARRIVAL_KEY))
+        svc.admit(job)
+        try:
+            r: Result = await _until_disconnect(request, svc.complete(job))
+        except ClientGone:
+            return JSONResponse(
+                {"error": {"message": "client disconnected", "type": "cancelled"}}, status_code=499
+            )
+        return JSONResponse(livestream_body(job, body, r))
+
+    @app.post("/v1/chat/completions", dependencies=[require_key])
+    @_guard
+    async def chat_completions(request: Request) -> Response:
+        body: ChatCompletionRequest = await _parse(request, ChatCompletionRequest)
+        svc = service(request)
+        job = svc.prepare_chat(body, simulated(request), request.scope.get(ARRIVAL_KEY))
+        svc.admit(job)
+        if body.stream:
+            include_usage = bool(body.stream_options and body.stream_options.include_usage)
+            return StreamingResponse(
+                sse_chunks(svc, job, body.include_reasoning, include_usage),
+                media_type="text/event-stream",
+                headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
+            )
+        try:
+            r = await _until_disconnect(request, svc.complete(job))
+        except ClientGone:
+            return JSONResponse(
+                {"error": {"message": "client disconnected", "type": "cancelled"}}, status_code=499
+            )
+        return JSONResponse(chat_body(job, r, body.include_reasoning))
+
+    @app.post("/v1/ab/outcomes", dependencies=[require_key])
+    @_guard
+    async def ab_outcome(request: Request) -> dict[str, Any]:
+        svc = service(request)
+        if isinstance(svc.hooks, NoExperiment):
+            raise not_found("experiment: no experiment is configured on this server", "experiment")
+        from livethink.ab_test.events import OutcomeIn
+
+        body = await _parse(request, OutcomeIn)
+        try:
+            return await svc.hooks.on_outcome(body)
+        except NotFoundError as exc:
+            raise not_found(str(exc), "experiment") from None
+        except ConflictError as exc:
+            raise APIError(409, str(exc), "conflict_error", "event_id") from None
+        except PayloadError as exc:
+            raise bad_request(str(exc), str(exc).split(":", 1)[0] or None) from None
+
+    @app.get("/v1/ab/experiments/{name}", dependencies=[require_admin])
+    @_guard
+    async def ab_summary(request: Request, name: str) -> dict[str, Any]:
+        try:
+            return await asyncio.to_thread(service(request).hooks.summary, name)
+        except NotFoundError as exc:
+            raise not_found(str(exc), "name") from None
+
+    @app.get("/v1/admin/status", dependencies=[require_admin])
+    @_guard
+    async def admin_status(request: Request) -> dict[str, Any]:
+        svc = service(request)
+        return {
+            "controller": svc.controller.snapshot(),
+            "engines": svc.engine_stats(),
+            "experiments": svc.hooks.arms(),
+            "config": config.model_dump(mode="json", exclude={"auth"}),
+        }
+
+    return app

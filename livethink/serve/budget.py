@@ -1,0 +1,176 @@
+"""Latency-budget math: pure functions from a deadline and live estimates to a token budget (or a refusal).
+
+Notation (seconds unless noted): ``remaining`` = time left until the deadline when the plan is made, ``wait`` =
+expected wait for an engine slot, ``ttft`` = expected time from engine submission to the first token
+(prefill + engine queue), ``tpot`` = expected decode time per output token, ``margin`` = safety margin.
+The token capacity (``notes/serving.md`` §2, "Deadlines / adaptive max_tokens") is
+
+    N_total = floor((remaining − wait − ttft − margin) / tpot)
+
+and the budget splits it into a thinking cap plus a reserve for the reply:
+
+    thinking_cap = min(max_thinking, max(0, N_total − reply_reserve))    reply = min(reply_reserve, N_total)
+
+Thinking also has a time limit, ``thinking_deadline = now + remaining − margin − reply · tpot_hi``: whichever
+of the cap and the time limit comes first forces ``</think>``.
+
+When even ``min_reply_tokens`` do not fit, the request is refused (HTTP 429) with a ``Retry-After`` that
+estimates when the queue will have drained enough.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Estimates:
+    """Live estimates for one engine under its current load (seconds).
+
+    ``tpot`` is the expected per-token time (sizes the token budget); ``tpot_hi`` a pessimistic one (mean +
+    spread) that times the end of thinking, so the reply still fits when decoding turns out slower.
+    """
+
+    wait: float  # queue wait for an engine slot
+    ttft: float  # engine submission -> first token
+    tpot: float  # per output token after the first
+    tpot_hi: float | None = None  # None = tpot
+
+    @property
+    def tpot_reply(self) -> float:
+        return self.tpot if self.tpot_hi is None else max(self.tpot, self.tpot_hi)
+
+
+@dataclass(frozen=True)
+class BudgetPolicy:
+    """How a deadline becomes tokens (token counts are output tokens)."""
+
+    margin_s: float = 0.05
+    reply_reserve: int = 48
+    min_reply_tokens: int = 8
+    max_thinking_tokens: int = 256
+    max_tokens: int = 512
+    min_retry_after_s: float = 1.0
+
+    def __post_init__(self) -> None:
+        if self.margin_s < 0:
+            raise ValueError(f"margin_s must be >= 0, got {self.margin_s}")
+        for name in ("reply_reserve", "min_reply_tokens", "max_thinking_tokens"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}")
+        if self.max_tokens <= 0:
+            raise ValueError(f"max_tokens must be > 0, got {self.max_tokens}")
+        if self.min_reply_tokens > self.max_tokens:
+            raise ValueError(f"min_reply_tokens={self.min_reply_tokens} exceeds max_tokens={self.max_tokens}")
+
+
+@dataclass(frozen=True)
+class TokenBudget:
+    """What the engine may spend: ``thinking_cap`` tokens of reasoning, then ``reply_reserve`` for the reply.
+
+    ``max_tokens`` = thinking_cap + reply_reserve. ``thinking_deadline`` (monotonic seconds, or None) is the
+    latest time thinking may go on: past it the engine forces ``</think>`` even below the token cap, so the
+    reply still fits when decoding turned out slower than estimated.
+    """
+
+    thinking_cap: int
+    reply_reserve: int
+    thinking_deadline: float | None = None
+
+    @property
+    def max_tokens(self) -> int:
+        return self.thinking_cap + self.reply_reserve
+
+    @property
+    def thinking_enabled(self) -> bool:
+        return self.thinking_cap > 0
+
+
+@dataclass(frozen=True)
+class Reject:
+    """Refuse now: the deadline cannot be met. ``retry_after_s`` is when a retry is likely to fit."""
+
+    retry_after_s: float
+    reason: str
+    needed_s: float = 0.0  # time the minimal reply would need at the current load
+
+
+def token_capacity(remaining_s: float, est: Estimates, margin_s: float) -> int:
+    """N_total = floor((remaining − wait − ttft − margin) / tpot); negative when nothing fits."""
+    if est.tpot <= 0:
+        raise ValueError(f"tpot must be > 0, got {est.tpot}")
+    usable = remaining_s - est.wait - est.ttft - margin_s
+    return math.floor(usable / est.tpot + 1e-9)
+
+
+def time_needed(tokens: int, est: Estimates, margin_s: float) -> float:
+    """Seconds a reply of ``tokens`` output tokens needs, queue wait included (the inverse of token_capacity)."""
+    return est.wait + est.ttft + margin_s + tokens * est.tpot
+
+
+def split_budget(
+    n_total: int,
+    reply_reserve: int,
+    max_thinking: int,
+    max_tokens: int,
+    thinking_allowed: bool = True,
+) -> tuple[int, int]:
+    """(thinking_cap, reply_tokens) from a token capacity.
+
+    The reply reserve is served first; thinking gets what is left, capped by ``max_thinking``; the sum never
+    exceeds ``max_tokens`` (a caller's ``max_tokens`` wins over the reserve too).
+    """
+    n = max(0, min(n_total, max_tokens))
+    reply = min(reply_reserve, n)
+    thinking = max(0, min(max_thinking, n - reply)) if thinking_allowed else 0
+    return thinking, reply
+
+
+def retry_after(remaining_s: float, est: Estimates, policy: BudgetPolicy) -> float:
+    """Seconds until a request with the same deadline would likely fit: the shortfall of the queue wait.
+
+    If the deadline cannot be met even with an empty queue, the full wait is suggested (a retry needs a
+    longer deadline anyway); never less than ``policy.min_retry_after_s``.
+    """
+    needed = time_needed(max(policy.min_reply_tokens, 1), est, policy.margin_s)
+    fits_when_idle = needed - est.wait <= remaining_s
+    delay = needed - remaining_s if fits_when_idle else est.wait
+    return max(policy.min_retry_after_s, delay)
+
+
+def plan_budget(
+    remaining_s: float,
+    est: Estimates,
+    policy: BudgetPolicy,
+    *,
+    max_thinking: int | None = None,
+    reply_reserve: int | None = None,
+    max_tokens: int | None = None,
+    thinking_allowed: bool = True,
+    now: float | None = None,
+) -> TokenBudget | Reject:
+    """Turn the remaining time into a token budget, or refuse.
+
+    ``max_thinking`` / ``reply_reserve`` / ``max_tokens`` override the policy (per arm or per request).
+    With ``now`` (monotonic), the budget carries a thinking deadline: the time after which only the reply
+    reserve (plus the margin) still fits before the deadline, timed with the pessimistic ``tpot_hi``.
+    """
+    thinking_limit = policy.max_thinking_tokens if max_thinking is None else max_thinking
+    cap = policy.max_tokens if max_tokens is None else min(max_tokens, policy.max_tokens)
+    min_reply = min(policy.min_reply_tokens, cap)
+    reserve = max(min_reply, policy.reply_reserve if reply_reserve is None else reply_reserve)
+    n_total = token_capacity(remaining_s, est, policy.margin_s)
+    if n_total < max(min_reply, 1):
+        needed = time_needed(max(min_reply, 1), est, policy.margin_s)
+        return Reject(retry_after(remaining_s, est, policy), "deadline_unreachable", needed)
+    thinking, reply = split_budget(n_total, reserve, thinking_limit, cap, thinking_allowed)
+    thinking_deadline = None
+    if now is not None and thinking > 0:
+        thinking_deadline = now + remaining_s - policy.margin_s - reply * est.tpot_reply
+    return TokenBudget(thinking, reply, thinking_deadline)
+
+
+def hard_deadline(arrival: float, deadline_s: float, finalize_s: float) -> float:
+    """Monotonic time at which generation is cut, leaving ``finalize_s`` to send the response."""
+    return arrival + max(0.0, deadline_s - finalize_s)

@@ -1,0 +1,86 @@
+"""`livethink serve --config configs/tiny/serve.yaml [--host 127.0.0.1 --port 8000] [--dry-run]`.
+
+``--set key=value`` overrides a config field (dotted, YAML-parsed value), e.g. ``--set engine.kind=transformers
+--set models.rft.path=runs/tiny/rft/final``. ``--dry-run`` validates the config (models, experiments, store
+URL) without loading weights or needing a GPU, prints a JSON report and exits 0 (ok) or 1 (problems).
+vLLM spawns its engine process, so this module is the ``__main__`` of the server process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+import sys
+from typing import Any
+
+import yaml
+
+
+def _parse_sets(items: list[str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for item in items:
+        key, sep, value = item.partition("=")
+        if not sep or not key:
+            raise ValueError(f"--set expects key=value, got {item!r}")
+        out[key.strip()] = yaml.safe_load(value)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="livethink serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--config", required=True, help="serve YAML (configs/tiny/serve.yaml)")
+    parser.add_argument("--host", help="bind address (default: server.host of the config, 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, help="port (default: server.port of the config; 0 = any free port)"
+    )
+    parser.add_argument("--engine", choices=["auto", "vllm", "transformers"], help="override engine.kind")
+    parser.add_argument(
+        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field"
+    )
+    parser.add_argument("--dry-run", action="store_true", help="validate the config and exit")
+    args = parser.parse_args(argv)
+
+    from livethink.serve.config import ConfigError, dry_run, load_config
+
+    try:
+        overrides = _parse_sets(args.set)
+        if args.engine:
+            overrides["engine.kind"] = args.engine
+        if args.host:
+            overrides["server.host"] = args.host
+        if args.port is not None:
+            overrides["server.port"] = args.port
+        config = load_config(args.config, overrides)
+    except (ConfigError, ValueError, yaml.YAMLError) as exc:
+        print(f"livethink serve: invalid config: {exc}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        report = dry_run(config)
+        print(json.dumps(report, indent=2, default=str))
+        return 0 if report["ok"] else 1
+
+    import uvicorn
+
+    from livethink.serve.app import create_app
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    level = config.server.log_level
+    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    app = create_app(config)
+    uvicorn.run(
+        app,
+        host=config.server.host,
+        port=config.server.port,
+        log_level=level,
+        access_log=False,
+        timeout_graceful_shutdown=5,
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

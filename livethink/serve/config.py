@@ -1,0 +1,322 @@
+"""Server config: YAML → validated ``ServeConfig`` (every error names its field), plus a GPU-free dry run.
+
+See ``configs/tiny/serve.yaml`` (embedded default) and ``configs/prod/serve.yaml`` (Qwen3-30B-A3B) for the
+fields. Relative paths are relative to the working directory (the repository root), like the other configs.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from pathlib import Path
+from typing import Any, Literal
+from urllib.parse import urlparse
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+from livethink.serve.budget import BudgetPolicy
+from livethink.serve.controller import EstimatorSettings
+
+
+class ConfigError(ValueError):
+    """The serve config is invalid (the message names the field)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class ModelSpec(_Strict):
+    """A model variant: a checkpoint (``path``), optionally with a LoRA adapter (``lora``), or a LoRA adapter
+    over another variant's checkpoint (``base`` + ``lora``: one vLLM engine serves both)."""
+
+    path: str | None = None
+    base: str | None = None
+    lora: str | None = None
+    max_concurrency: int | None = Field(default=None, ge=1)
+
+    @model_validator(mode="after")
+    def _one_source(self) -> ModelSpec:
+        if (self.path is None) == (self.base is None):
+            raise ValueError(
+                "set exactly one of path (a checkpoint) or base (another model's name, with lora)"
+            )
+        if self.base is not None and self.lora is None:
+            raise ValueError("base needs lora (the adapter to put on it)")
+        return self
+
+
+class EngineConfig(_Strict):
+    kind: Literal["auto", "vllm", "transformers"] = "auto"
+    dtype: str = "bfloat16"  # vLLM
+    transformers_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    max_model_len: int = Field(default=1024, ge=64)
+    enforce_eager: bool = True
+    kv_cache_gib: float | None = Field(default=1.0, gt=0)  # VLLM_CPU_KVCACHE_SPACE
+    gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    max_num_seqs: int | None = Field(default=None, ge=1)
+    enable_prefix_caching: bool | None = None
+    budget_forcing: Literal["auto", "native", "two_phase"] = "auto"
+    max_lora_rank: int = Field(default=16, ge=1)
+    max_concurrency: int = Field(
+        default=24, ge=1
+    )  # requests running at once per vLLM engine (the rest queue)
+    transformers_threads: int | None = Field(default=None, ge=1)
+    warmup: bool = True  # a few short generations at start seed the latency estimates
+
+
+class BudgetConfig(_Strict):
+    deadline_ms: int = Field(default=1000, gt=0)  # server default; endpoints and arms may override
+    max_deadline_ms: int = Field(default=120_000, gt=0)
+    margin_ms: float = Field(default=50.0, ge=0)
+    finalize_ms: float = Field(default=50.0, ge=0)  # the hard cut comes this long before the deadline
+    reply_reserve: int = Field(default=48, ge=1)
+    min_reply_tokens: int = Field(default=24, ge=1)
+    max_thinking_tokens: int = Field(default=256, ge=0)
+    max_tokens: int = Field(default=512, ge=1)
+    fallback_reply: str = Field(
+        default="Good question! Let me check that and get right back to you.", min_length=1
+    )
+    prior_ttft_ms: float = Field(default=50.0, gt=0)
+    prior_tpot_ms: float = Field(default=10.0, gt=0)
+    safety: float = Field(default=1.15, ge=1.0)
+    max_loop_lag_ms: float = Field(
+        default=100.0, gt=0
+    )  # event-loop lag above this: the front end is saturated, 429
+
+    def policy(self) -> BudgetPolicy:
+        return BudgetPolicy(
+            margin_s=self.margin_ms / 1000,
+            reply_reserve=self.reply_reserve,
+            min_reply_tokens=self.min_reply_tokens,
+            max_thinking_tokens=self.max_thinking_tokens,
+            max_tokens=self.max_tokens,
+        )
+
+    def estimator(self) -> EstimatorSettings:
+        return EstimatorSettings(
+            prior_ttft_s=self.prior_ttft_ms / 1000, prior_tpot_s=self.prior_tpot_ms / 1000, safety=self.safety
+        )
+
+
+class EndpointConfig(_Strict):
+    deadline_ms: int | None = Field(default=None, gt=0)  # None = budget.deadline_ms
+    stream_interval: int = Field(
+        default=1, ge=1
+    )  # engine deltas every n tokens (non-streamed replies: larger)
+
+
+class EndpointsConfig(_Strict):
+    livestream: EndpointConfig = EndpointConfig(stream_interval=8)
+    chat: EndpointConfig = EndpointConfig(deadline_ms=30_000)
+
+
+class SamplingConfig(_Strict):
+    temperature: float = Field(default=0.7, ge=0, le=2)
+    top_p: float = Field(default=0.95, gt=0, le=1)
+
+
+class ExperimentConfig(_Strict):
+    """A/B experiments (``livethink.ab_test`` YAML, one or several) and the event store they log to."""
+
+    file: str
+    store: str = "sqlite:///runs/serve/ab.db"  # or postgresql+psycopg://user@host/db
+
+
+class AuthConfig(_Strict):
+    """Bearer tokens. With none set, auth is off. ``admin`` endpoints need an admin token when one is set."""
+
+    api_keys: tuple[str, ...] = ()
+    api_key_env: str | None = "LIVETHINK_API_KEY"  # comma-separated tokens in this variable
+    admin_keys: tuple[str, ...] = ()
+    admin_key_env: str | None = "LIVETHINK_ADMIN_KEY"
+    public_paths: tuple[str, ...] = ("/health",)
+
+    def keys(self) -> tuple[frozenset[str], frozenset[str]]:
+        def collect(keys: tuple[str, ...], env: str | None) -> frozenset[str]:
+            from_env = os.environ.get(env, "") if env else ""
+            return frozenset([k for k in keys if k] + [k.strip() for k in from_env.split(",") if k.strip()])
+
+        return collect(self.api_keys, self.api_key_env), collect(self.admin_keys, self.admin_key_env)
+
+
+class ServerConfig(_Strict):
+    host: str = "127.0.0.1"
+    port: int = Field(default=8000, ge=0, le=65535)
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
+
+
+class ServeConfig(_Strict):
+    models: dict[str, ModelSpec] = Field(min_length=1)
+    default_model: str
+    engine: EngineConfig = EngineConfig()
+    budget: BudgetConfig = BudgetConfig()
+    endpoints: EndpointsConfig = EndpointsConfig()
+    sampling: SamplingConfig = SamplingConfig()
+    max_prompt_tokens: int = Field(default=768, ge=1)
+    experiment: ExperimentConfig | None = None
+    auth: AuthConfig = AuthConfig()
+    server: ServerConfig = ServerConfig()
+
+    @model_validator(mode="after")
+    def _consistent(self) -> ServeConfig:
+        if self.default_model not in self.models:
+            raise ValueError(
+                f"default_model: {self.default_model!r} is not in models ({sorted(self.models)})"
+            )
+        for name, spec in self.models.items():
+            if spec.base is not None:
+                base = self.models.get(spec.base)
+                if base is None:
+                    raise ValueError(f"models.{name}.base: unknown model {spec.base!r}")
+                if base.base is not None:
+                    raise ValueError(f"models.{name}.base: {spec.base!r} is itself a LoRA variant")
+        if self.max_prompt_tokens >= self.engine.max_model_len:
+            raise ValueError(
+                f"max_prompt_tokens ({self.max_prompt_tokens}) must be < engine.max_model_len "
+                f"({self.engine.max_model_len})"
+            )
+        if self.budget.min_reply_tokens > self.budget.max_tokens:
+            raise ValueError("budget.min_reply_tokens exceeds budget.max_tokens")
+        return self
+
+    def deadline_ms(self, endpoint: str) -> int:
+        ep = getattr(self.endpoints, endpoint)
+        return ep.deadline_ms or self.budget.deadline_ms
+
+    def engine_groups(self) -> dict[str, dict[str, str | None]]:
+        """Checkpoint engines: base model name -> {variant: LoRA dir or None}."""
+        groups: dict[str, dict[str, str | None]] = {}
+        for name, spec in self.models.items():
+            if spec.path is not None:
+                groups.setdefault(name, {})[name] = spec.lora
+        for name, spec in self.models.items():
+            if spec.base is not None:
+                groups[spec.base][name] = spec.lora
+        return groups
+
+
+def _describe(exc: ValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        loc = ".".join(str(p) for p in err["loc"])
+        msg = err["msg"].removeprefix("Value error, ")
+        parts.append(f"{loc}: {msg}" if loc else msg)
+    return "; ".join(parts)
+
+
+def parse_config(data: Any, where: str = "serve config") -> ServeConfig:
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where}: expected a mapping, got {type(data).__name__}")
+    try:
+        return ServeConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(f"{where}: {_describe(exc)}") from None
+
+
+def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ServeConfig:
+    """Read a serve YAML; ``overrides`` are dotted keys (``engine.kind``, ``server.port``) → values."""
+    path = Path(path)
+    try:
+        data = yaml.safe_load(path.read_text()) or {}
+    except FileNotFoundError:
+        raise ConfigError(f"{path}: file not found") from None
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: expected a mapping, got {type(data).__name__}")
+    for key, value in (overrides or {}).items():
+        node = data
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"{path}: {key}: {p} is not a mapping")
+        node[leaf] = value
+    return parse_config(data, str(path))
+
+
+def dry_run(config: ServeConfig) -> dict[str, Any]:
+    """Check a config without a GPU and without loading weights: models, experiments, store URL, engine."""
+    from livethink.models.loading import CheckpointError, inspect_checkpoint
+
+    problems: list[str] = []
+    notes: list[str] = []
+    models: dict[str, Any] = {}
+    for name, spec in config.models.items():
+        entry: dict[str, Any] = spec.model_dump(exclude_none=True)
+        if spec.path is not None:
+            if Path(spec.path).expanduser().exists():
+                try:
+                    info = inspect_checkpoint(spec.path, require_weights=False)
+                    entry.update(model_type=info.model_type, has_tokenizer=info.has_tokenizer)
+                    if not info.has_tokenizer:
+                        problems.append(f"models.{name}.path: {spec.path} has no tokenizer files")
+                except CheckpointError as exc:
+                    problems.append(f"models.{name}.path: {exc}")
+            else:
+                notes.append(f"models.{name}.path: {spec.path} is not on this machine (needed at run time)")
+        if spec.lora is not None:
+            adapter = Path(spec.lora).expanduser()
+            if adapter.exists() and not (adapter / "adapter_config.json").is_file():
+                problems.append(f"models.{name}.lora: {spec.lora} has no adapter_config.json")
+            elif not adapter.exists():
+                notes.append(f"models.{name}.lora: {spec.lora} is not on this machine (needed at run time)")
+        models[name] = entry
+    report: dict[str, Any] = {
+        "models": models,
+        "default_model": config.default_model,
+        "engine_groups": config.engine_groups(),
+    }
+    kind = config.engine.kind
+    has_vllm = importlib.util.find_spec("vllm") is not None
+    report["engine"] = {"kind": kind, "vllm_importable": has_vllm}
+    if kind == "vllm" and not has_vllm:
+        notes.append("engine.kind: vllm is not installed here (needed at run time)")
+    if config.engine.tensor_parallel_size > 1:
+        notes.append(
+            f"engine.tensor_parallel_size={config.engine.tensor_parallel_size}: GPUs are checked at start"
+        )
+    if config.experiment is not None:
+        report["experiment"] = _check_experiments(config, problems)
+    keys, admin = config.auth.keys()
+    report["auth"] = {"enabled": bool(keys or admin), "admin_enabled": bool(admin)}
+    report["deadlines_ms"] = {
+        "livestream": config.deadline_ms("livestream"),
+        "chat": config.deadline_ms("chat"),
+    }
+    report["notes"] = notes
+    report["problems"] = problems
+    report["ok"] = not problems
+    return report
+
+
+def _check_experiments(config: ServeConfig, problems: list[str]) -> dict[str, Any]:
+    from livethink.ab_test.errors import ExperimentConfigError
+    from livethink.ab_test.experiment import load_experiments
+
+    exp = config.experiment
+    assert exp is not None
+    out: dict[str, Any] = {"file": exp.file, "store": _safe_url(exp.store)}
+    scheme = urlparse(exp.store).scheme if "://" in exp.store else "sqlite"
+    if scheme.split("+")[0] not in ("sqlite", "postgresql"):
+        problems.append(f"experiment.store: unsupported URL scheme {scheme!r} (sqlite or postgresql)")
+    try:
+        experiments = load_experiments(exp.file, known_variants=set(config.models))
+    except ExperimentConfigError as exc:
+        problems.append(f"experiment.file: {exc}")
+        return out
+    out["experiments"] = {
+        name: {a.name: {"variant": a.variant or config.default_model, "weight": a.weight} for a in e.arms}
+        for name, e in experiments.items()
+    }
+    return out
+
+
+def _safe_url(url: str) -> str:
+    parsed = urlparse(url)
+    if parsed.password:
+        return url.replace(f":{parsed.password}@", ":***@")
+    return url

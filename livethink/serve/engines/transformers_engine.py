@@ -1,0 +1,246 @@
+"""Fallback engine on plain transformers: a background thread runs a manual decode loop (KV cache, one request
+at a time), so it works wherever transformers does (no vLLM, or a vLLM that cannot load the model).
+
+The loop checks, before every token, the request's cancel flag (``abort`` / a cancelled iterator) and the
+thinking budget: at the cap or the thinking deadline it feeds ``\\n</think>\\n\\n`` itself (budget forcing) and
+the reply continues. Deltas go back to the event loop with ``call_soon_threadsafe``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import queue
+import threading
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from livethink.serve.budget import TokenBudget
+from livethink.serve.engines.base import (
+    FORCED_THINK_END,
+    Delta,
+    EngineStats,
+    GenerationRequest,
+    ThinkingGuard,
+    think_close_id,
+)
+
+log = logging.getLogger(__name__)
+_DONE = object()
+
+
+@dataclass
+class _Job:
+    request: GenerationRequest
+    budget: TokenBudget
+    loop: asyncio.AbstractEventLoop
+    out: asyncio.Queue
+    cancel: threading.Event = field(default_factory=threading.Event)
+
+    def put(self, item: Any) -> None:
+        with contextlib.suppress(RuntimeError):  # loop closed during shutdown
+            self.loop.call_soon_threadsafe(self.out.put_nowait, item)
+
+
+class _IncrementalDecoder:
+    """Decode a growing id list and return only the new text (holding back an incomplete UTF-8 tail)."""
+
+    def __init__(self, tokenizer: Any):
+        self.tokenizer = tokenizer
+        self.ids: list[int] = []
+        self.sent = 0  # characters of the decoded text already returned
+
+    def push(self, ids: list[int]) -> str:
+        self.ids += ids
+        text = self.tokenizer.decode(self.ids, skip_special_tokens=True)
+        if text.endswith("\ufffd"):
+            return ""
+        new, self.sent = text[self.sent :], len(text)
+        return new
+
+
+class TransformersEngine:
+    """One model variant (a checkpoint, optionally with a LoRA adapter) on transformers."""
+
+    kind = "transformers"
+
+    def __init__(
+        self,
+        name: str,
+        path: str | Path,
+        lora_path: str | Path | None = None,
+        dtype: str = "float32",
+        num_threads: int | None = None,
+    ):
+        self.name = name
+        self.models = (name,)
+        self.path = str(path)
+        self.lora_path = str(lora_path) if lora_path else None
+        self.dtype = dtype
+        self.num_threads = num_threads
+        self._jobs: queue.Queue = queue.Queue()
+        self._active: dict[str, _Job] = {}
+        self._running = 0
+        self._busy = False
+        self._aborts = 0
+        self._thread: threading.Thread | None = None
+        self.model: Any = None
+        self.tokenizer: Any = None
+
+    async def start(self) -> None:
+        await asyncio.to_thread(self._load)
+        self._thread = threading.Thread(
+            target=self._worker, name=f"transformers-engine-{self.name}", daemon=True
+        )
+        self._thread.start()
+
+    def _load(self) -> None:
+        import torch
+
+        from livethink.models.loading import load_model, load_tokenizer_for
+
+        if self.num_threads:
+            torch.set_num_threads(self.num_threads)
+        self.tokenizer = load_tokenizer_for(self.path)
+        model = load_model(self.path, dtype=self.dtype)
+        if self.lora_path:
+            from peft import PeftModel
+
+            model = PeftModel.from_pretrained(model, self.lora_path).merge_and_unload()
+        self.model = model.eval()
+        self._close_id = think_close_id(self.tokenizer)
+        self._end_ids = self.tokenizer.encode(FORCED_THINK_END, add_special_tokens=False)
+        eos = self.model.generation_config.eos_token_id
+        self._eos = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
+        self._eos.discard(None)
+
+    async def stop(self) -> None:
+        for job in list(self._active.values()):
+            job.cancel.set()
+        if self._thread is not None:
+            self._jobs.put(None)
+            await asyncio.to_thread(self._thread.join, 10)
+            self._thread = None
+
+    def tokenizer_for(self, model: str) -> Any:
+        return self.tokenizer
+
+    # -- the worker thread ------------------------------------------------------------------------------
+    def _worker(self) -> None:
+        while True:
+            job = self._jobs.get()
+            if job is None:
+                return
+            if job.cancel.is_set():
+                job.put(_DONE)
+                continue
+            self._busy = True
+            try:
+                self._run(job)
+            except Exception as exc:  # delivered to the awaiting request
+                log.exception("transformers engine failed on %s", job.request.request_id)
+                job.put(exc)
+            finally:
+                self._busy = False
+                job.put(_DONE)
+
+    def _run(self, job: _Job) -> None:
+        import torch
+
+        req, budget = job.request, job.budget
+        opts = req.sampling
+        gen = torch.Generator().manual_seed(opts.seed) if opts.seed is not None else None
+        guard = ThinkingGuard(self._close_id, budget, thinking=req.thinking)
+        decoder = _IncrementalDecoder(self.tokenizer)
+        text_so_far = ""
+        cache = None
+        pending = list(req.prompt_token_ids)  # tokens to feed with the next forward pass
+        produced, limit, finish = 0, budget.max_tokens, "length"
+        with torch.inference_mode():
+            while True:
+                if job.cancel.is_set():
+                    finish = "abort"
+                    break
+                if guard.must_force():  # budget forcing: close the think block, the reply gets its reserve
+                    guard.thinking = False
+                    pending += self._end_ids
+                    decoder.push(self._end_ids)
+                    text_so_far += FORCED_THINK_END
+                    job.put(Delta(FORCED_THINK_END, len(self._end_ids), forced_end_of_thinking=True))
+                    limit = produced + budget.reply_reserve
+                if produced >= limit:
+                    break
+                out = self.model(input_ids=torch.tensor([pending]), past_key_values=cache, use_cache=True)
+                cache = out.past_key_values
+                logits = out.logits[0, -1].float()
+                if opts.ignore_eos or produced < opts.min_tokens:
+                    logits[list(self._eos)] = float("-inf")
+                token = _sample(logits, opts.temperature, opts.top_p, gen)
+                if token in self._eos:
+                    finish = "stop"
+                    break
+                pending = [token]
+                produced += 1
+                was_thinking = guard.thinking
+                guard.observe(pending)
+                if was_thinking and not guard.thinking:  # closed by the model: the reply gets its reserve
+                    limit = min(limit, produced + budget.reply_reserve)
+                text = decoder.push(pending)
+                text_so_far += text
+                job.put(Delta(text, 1))
+                if opts.stop and any(s in text_so_far for s in opts.stop):
+                    finish = "stop"
+                    break
+        job.put(Delta("", 0, finish_reason=finish, thinking_tokens=guard.count))
+
+    # -- async API --------------------------------------------------------------------------------------
+    async def generate(self, request: GenerationRequest, budget: TokenBudget) -> AsyncIterator[Delta]:
+        if self._thread is None:
+            raise RuntimeError("engine not started")
+        if request.model not in self.models:
+            raise KeyError(f"model {request.model!r} is not served by this engine ({self.models})")
+        job = _Job(request, budget, asyncio.get_running_loop(), asyncio.Queue())
+        self._active[request.request_id] = job
+        self._running += 1
+        self._jobs.put(job)
+        try:
+            while True:
+                item = await job.out.get()
+                if item is _DONE:
+                    return
+                if isinstance(item, Exception):
+                    raise item
+                yield item
+        finally:
+            job.cancel.set()  # a cancelled consumer stops the decode loop at the next token
+            self._running -= 1
+            self._active.pop(request.request_id, None)
+
+    async def abort(self, request_id: str) -> None:
+        job = self._active.get(request_id)
+        if job is not None and not job.cancel.is_set():
+            self._aborts += 1
+            job.cancel.set()
+
+    def stats(self) -> EngineStats:
+        unfinished = int(self._busy) + self._jobs.qsize()
+        return EngineStats(
+            self.kind, self.models, self._running, unfinished, self._aborts, {"queued": self._jobs.qsize()}
+        )
+
+
+def _sample(logits: Any, temperature: float, top_p: float, generator: Any) -> int:
+    import torch
+
+    if temperature <= 0:
+        return int(torch.argmax(logits))
+    probs = torch.softmax(logits / temperature, dim=-1)
+    if top_p < 1.0:
+        sorted_p, order = torch.sort(probs, descending=True)
+        keep = torch.cumsum(sorted_p, dim=-1) - sorted_p < top_p
+        sorted_p = torch.where(keep, sorted_p, torch.zeros_like(sorted_p))
+        probs = torch.zeros_like(probs).scatter(0, order, sorted_p)
+    return int(torch.multinomial(probs, 1, generator=generator))

