@@ -1,0 +1,48 @@
+"""Length terms of the variants' rewards (tensors in, tensors out), chosen by name from ``LENGTH_REWARDS``.
+
+- ``band`` (LiveThinking, §1): r_len = max(0, 1 − d/ε), d the distance of L outside [λ_low·L_ref, λ_up·L_ref].
+  The math is the rewards package's ``band_reward`` (one implementation), applied element-wise.
+- ``length_penalty`` (the naive baseline): r = C − α·L/L_max, ungated (a long wrong reply is penalised too).
+- ``linear`` (DRPO's r_l, §2): r_l = 1 − L/C with C the maximum generation length.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from livethink.rewards.brevity import LAMBDA_LOW, LAMBDA_UP, band_reward
+
+
+def band(
+    lengths: torch.Tensor,
+    l_ref: float,
+    lambda_low: float = LAMBDA_LOW,
+    lambda_up: float = LAMBDA_UP,
+    epsilon: float | None = None,
+) -> torch.Tensor:
+    """LiveThinking band reward per completion length."""
+    values = [band_reward(float(n), l_ref, lambda_low, lambda_up, epsilon) for n in lengths.tolist()]
+    return torch.tensor(values, dtype=torch.float32)
+
+
+def length_penalty(correct: torch.Tensor, lengths: torch.Tensor, l_max: float, alpha: float) -> torch.Tensor:
+    """r = C − α·L/L_max."""
+    if l_max <= 0:
+        raise ValueError(f"l_max must be > 0, got {l_max}")
+    return correct.float() - alpha * lengths.float() / l_max
+
+
+def linear(lengths: torch.Tensor, max_len: float) -> torch.Tensor:
+    """DRPO length reward r_l = 1 − L/C."""
+    if max_len <= 0:
+        raise ValueError(f"max_len must be > 0, got {max_len}")
+    return 1.0 - lengths.float() / max_len
+
+
+LENGTH_REWARDS: dict[str, Callable[..., torch.Tensor]] = {
+    "band": band,
+    "length_penalty": length_penalty,
+    "linear": linear,
+}

@@ -1,0 +1,79 @@
+"""Stage 2 as a library call: dataset, reward columns, trainer, train (resuming), save ``<output_dir>/final``."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import time
+from pathlib import Path
+
+from datasets import Dataset
+
+from livethink.length_rl.config import GRPOVariantConfig
+from livethink.length_rl.rewards import RewardContext, make_reward_funcs
+
+logger = logging.getLogger(__name__)
+
+
+def build_dataset(cfg: GRPOVariantConfig) -> Dataset:
+    """GRPO rows: ``task_to_row(task)`` + conversational ``prompt`` (LiveShop is generated if ``data_dir`` is empty)."""
+    from livethink.data.io import read_tasks, task_to_row
+    from livethink.data.prompt import build_messages
+    from livethink.rft_distill.pipeline import ensure_data
+
+    data_dir = ensure_data(cfg.data_dir, cfg.data_seed)
+    tasks = read_tasks(Path(data_dir) / f"{cfg.train_split}.jsonl")
+    if cfg.n_prompts:
+        tasks = tasks[: cfg.n_prompts]
+    return Dataset.from_list([task_to_row(t) | {"prompt": build_messages(t)} for t in tasks])
+
+
+def judge_config(cfg: GRPOVariantConfig) -> dict:
+    if cfg.judge == "llm":
+        return {"name": "llm", "base_url": cfg.judge_base_url, "model": cfg.judge_model}
+    return {"name": "rubric"}
+
+
+def build_trainer(cfg: GRPOVariantConfig, dataset: Dataset | None = None):
+    from livethink.length_rl.trainer import LengthRLTrainer
+    from livethink.models.loading import load_tokenizer_for
+
+    if cfg.use_vllm and cfg.use_cpu:
+        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.vllm_cpu_kvcache_gb))
+    tokenizer = load_tokenizer_for(cfg.model_name_or_path)
+    tokenizer.padding_side = "left"
+    ctx = RewardContext(l_ref=cfg.l_ref or None, zero_reward_if_cut=cfg.zero_reward_if_cut)
+    funcs = make_reward_funcs(
+        cfg.spec.rewards, ctx, judge_config(cfg),
+        band={"lambda_low": cfg.band_lambda_low, "lambda_up": cfg.band_lambda_up, "epsilon": cfg.band_epsilon},
+        penalty={"alpha": cfg.length_penalty_alpha, "l_max": cfg.penalty_l_max},
+    )
+    return LengthRLTrainer(model=cfg.model_name_or_path, reward_funcs=funcs, args=cfg,
+                           train_dataset=dataset if dataset is not None else build_dataset(cfg),
+                           processing_class=tokenizer, reward_context=ctx)
+
+
+def run_grpo(cfg: GRPOVariantConfig) -> Path:
+    """Train (resuming from the newest checkpoint in ``output_dir``) and save the policy to ``final/``."""
+    from transformers.trainer_utils import get_last_checkpoint
+
+    out = Path(cfg.output_dir)
+    final = out / "final"
+    if (final / "config.json").is_file():
+        logger.info("reusing the trained policy in %s", final)
+        return final
+    start = time.perf_counter()
+    trainer = build_trainer(cfg)
+    last = get_last_checkpoint(str(out)) if out.is_dir() else None
+    if last:
+        logger.info("resuming from %s", last)
+    result = trainer.train(resume_from_checkpoint=last)
+    trainer.save_model(str(final))
+    if trainer.accelerator.is_main_process:
+        summary = {"variant": cfg.variant, "final_dir": str(final), "global_step": trainer.state.global_step,
+                   "train_runtime_s": round(result.metrics.get("train_runtime", 0.0), 1),
+                   "wall_s": round(time.perf_counter() - start, 1), "resumed_from": last,
+                   "l_ref": trainer.reward_context.l_ref}
+        (out / "grpo_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return final

