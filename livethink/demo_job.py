@@ -1,8 +1,9 @@
 """`make demo`: the main job on the embedded default, step by step, reusing finished artifacts.
 
-data -> tokenizer + student -> RFT (scripted teacher, judge, SFT) -> eval. Every step checks for its output
-first, so a re-run only does what is missing. ``--quick`` uses small settings (minutes).
-Each step runs in a child process (its own vLLM/torch state); Ctrl-C stops the child and the job.
+data -> RFT (scripted teacher, judge, SFT of the MoE student) -> one compression variant (GRPO) -> eval
+(teacher vs RFT vs compressed) -> server with two A/B arms -> a short simulated viewer stream -> Gradio app.
+Every batch step checks for its output first, so a re-run only does what is missing. ``--quick`` uses small
+settings. Each step runs in a child process; Ctrl-C stops every process the job started.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -30,12 +32,15 @@ class Settings:
     rft_prompts: int
     rft_epochs: float
     eval_limit: int
+    grpo_steps: int
+    sim_requests: int
+    variant: str = "drpo"  # the compressed arm (the experiment configs/ab/drpo_vs_rft.yaml names it)
 
     @classmethod
     def make(cls, quick: bool, workdir: Path) -> Settings:
         if quick:
-            return cls(workdir / "artifacts/quick", workdir / "runs/quick", 1000, 100, 300, 1.0, 50)
-        return cls(workdir / "artifacts/tiny", workdir / "runs/tiny", 5000, 500, 2000, 2.0, 200)
+            return cls(workdir / "artifacts/quick", workdir / "runs/quick", 1000, 100, 300, 1.0, 50, 4, 40)
+        return cls(workdir / "artifacts/tiny", workdir / "runs/tiny", 5000, 500, 2000, 2.0, 200, 40, 200)
 
     @property
     def data(self) -> Path:
@@ -48,6 +53,10 @@ class Settings:
     @property
     def rft(self) -> Path:
         return self.runs / "rft"
+
+    @property
+    def compressed(self) -> Path:
+        return self.runs / "grpo" / self.variant
 
 
 @dataclass(frozen=True)
@@ -87,11 +96,20 @@ STEPS: list[Step] = [
             **_read_json(s.rft / "rft_summary.json")),
     ),
     Step(
+        "compress",
+        lambda s: (s.compressed / "final" / "config.json").is_file(),
+        lambda s: _livethink("grpo", "--config", str(ROOT / f"configs/tiny/grpo_{s.variant}.yaml"),
+                             "--model_name_or_path", str(s.rft / "final"), "--data_dir", str(s.data),
+                             "--output_dir", str(s.compressed), "--max_steps", str(s.grpo_steps)),
+        lambda s: f"{s.variant}-compressed student in {s.compressed / 'final'}",
+    ),
+    Step(
         "eval",
         lambda s: (s.runs / "eval" / "eval.json").is_file(),
-        lambda s: _livethink("eval", "--model", str(s.rft / "final"), "--name", "rft-student", "--teacher", "scripted",
-                             "--data", str(s.data), "--split", "test", "--limit", str(s.eval_limit),
-                             "--out", str(s.runs / "eval")),
+        lambda s: _livethink("eval", "--model", str(s.rft / "final"), "--name", "rft-student",
+                             "--model", str(s.compressed / "final"), "--name", f"{s.variant}-student",
+                             "--teacher", "scripted", "--data", str(s.data), "--split", "test",
+                             "--limit", str(s.eval_limit), "--out", str(s.runs / "eval")),
         lambda s: f"report {s.runs / 'eval' / 'eval.md'}",
     ),
 ]
@@ -111,11 +129,74 @@ def run_step(step: Step, settings: Settings, env: dict[str, str]) -> int:
         raise
 
 
+def _wait_http(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{url}: the process exited with code {proc.returncode} before it was ready")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as resp:
+                if resp.status == 200:
+                    return
+        except OSError:
+            pass
+        time.sleep(1)
+    raise RuntimeError(f"{url} not ready after {timeout_s:.0f}s")
+
+
+def serve_and_show(settings: Settings, env: dict[str, str], port: int, ui_port: int, hold: bool) -> None:
+    """Start the server (two arms), stream simulated viewers through it, launch the Gradio app."""
+    server_url = f"http://127.0.0.1:{port}"
+    store = settings.runs / "ab.db"
+    experiment = ROOT / "configs/ab/drpo_vs_rft.yaml"
+    server = subprocess.Popen(
+        _livethink("serve", "--config", str(ROOT / "configs/tiny/serve.yaml"), "--port", str(port),
+                   "--set", f"models.rft.path={settings.rft / 'final'}",
+                   "--set", f"models.{settings.variant}={{path: {settings.compressed / 'final'}}}",
+                   "--set", f"experiment={{file: {experiment}, store: sqlite:///{store}}}"),
+        cwd=ROOT, env=env, start_new_session=True)
+    children = [server]
+    try:
+        _wait_http(f"{server_url}/health", server, 600)
+        print(f"[demo] server: {server_url} (arms rft vs {settings.variant}, events in {store})", flush=True)
+        sim = subprocess.run(
+            _livethink("ab", "simulate", "--base-url", server_url, "--experiment", "drpo_vs_rft",
+                       "--requests", str(settings.sim_requests), "--tasks", str(settings.data / "test.jsonl"),
+                       "--concurrency", "2"), cwd=ROOT, env=env)
+        if sim.returncode != 0:
+            print(f"[demo] simulated viewers: exit code {sim.returncode} (the Experiment tab may be empty)", file=sys.stderr)
+        ui = subprocess.Popen(
+            [sys.executable, "-m", "apps.demo", "--server-url", server_url, "--host", "127.0.0.1", "--port", str(ui_port),
+             "--catalog", str(settings.data / "catalog.jsonl"), "--experiment", "drpo_vs_rft",
+             "--results-dir", str(ROOT / "benchmarks/results"), "--eval-report", str(settings.runs / "eval" / "eval.md")],
+            cwd=ROOT, env=env, start_new_session=True)
+        children.append(ui)
+        _wait_http(f"http://127.0.0.1:{ui_port}/", ui, 180)
+        print(f"[demo] Gradio demo: http://127.0.0.1:{ui_port}/   server: {server_url}/docs   metrics: {server_url}/metrics")
+        if hold:
+            print("[demo] Ctrl-C stops the server and the demo.", flush=True)
+            while all(p.poll() is None for p in children):
+                time.sleep(1)
+    finally:
+        for proc in reversed(children):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGTERM)
+        for proc in children:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="livethink demo", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small settings (a few minutes)")
     parser.add_argument("--workdir", default=str(ROOT), help="where artifacts/ and runs/ go")
-    parser.add_argument("--only", nargs="*", help="run only these steps")
+    parser.add_argument("--only", nargs="*", help="run only these batch steps (data, rft, compress, eval)")
+    parser.add_argument("--no-serve", action="store_true", help="stop after the batch steps")
+    parser.add_argument("--no-hold", action="store_true", help="start the server and app, check them, then exit")
+    parser.add_argument("--port", type=int, default=8000, help="server port")
+    parser.add_argument("--ui-port", type=int, default=7860, help="Gradio port")
     args = parser.parse_args(argv)
     settings = Settings.make(args.quick, Path(args.workdir))
     env = dict(os.environ, HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
@@ -137,11 +218,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"[demo] {step.name} failed with exit code {code}", file=sys.stderr)
                 return code
             print(f"[demo] {step.name}: done in {timings[step.name]}s — {step.describe(settings)}", flush=True)
+        total = round(time.perf_counter() - started, 1)
+        print(f"[demo] batch steps finished in {total}s (steps run: {timings or 'none, all reused'})", flush=True)
+        if not args.no_serve and not args.only:
+            serve_and_show(settings, env, args.port, args.ui_port, hold=not args.no_hold)
     except KeyboardInterrupt:
         print("\n[demo] interrupted; every process it started was stopped", file=sys.stderr)
         return 130
-    total = round(time.perf_counter() - started, 1)
-    print(f"[demo] finished in {total}s (steps run: {timings or 'none, all reused'})")
+    except RuntimeError as exc:
+        print(f"[demo] {exc}", file=sys.stderr)
+        return 1
     return 0
 
 

@@ -1,0 +1,113 @@
+"""The livethink demo for product teams: a Gradio Blocks app over the livethink server's HTTP API.
+
+    python -m apps.demo --server-url http://127.0.0.1:8000 [--port 7860] [--host 127.0.0.1]
+        [--catalog artifacts/tiny/data/catalog.jsonl] [--experiment drpo_vs_rft]
+        [--results-dir benchmarks/results] [--eval-report runs/tiny/eval/eval.md]
+
+Tabs: **Live reply** (ask a question, watch arm A / arm B / both answer within a latency budget),
+**Compression** (the stage-2 Pareto plot and table, the eval report), **Experiment** (the live A/B summary).
+The app never loads a model: it only talks to the server (``apps/demo/client.py``). See ``docs/demo.md``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+from pathlib import Path
+
+import gradio as gr
+
+from apps.demo.client import LivethinkClient
+from apps.demo.compression import build_compression_tab
+from apps.demo.experiment import build_experiment_tab
+from apps.demo.inputs import load_catalog
+from apps.demo.live import build_live_tab
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_CATALOG = ROOT / "artifacts/tiny/data/catalog.jsonl"
+DEFAULT_RESULTS = ROOT / "benchmarks/results"
+DEFAULT_EVAL = ROOT / "runs/tiny/eval/eval.md"
+CSS = """
+#stats-a table, #stats-b table {font-size: 13px}
+#experiment-verdict h3 {margin-top: 0}
+footer {display: none !important}
+"""
+
+
+def theme() -> gr.themes.Base:
+    """Gradio's default look with local fonts (the machine may have no internet for Google Fonts)."""
+    return gr.themes.Soft(font=["ui-sans-serif", "system-ui", "sans-serif"],
+                          font_mono=["ui-monospace", "Consolas", "monospace"])  # fmt: skip
+
+
+def build_app(server_url: str, catalog_path: str | Path | None = DEFAULT_CATALOG, experiment: str | None = None,
+              results_dir: str | Path = DEFAULT_RESULTS, eval_report: str | Path | None = DEFAULT_EVAL,
+              api_key: str | None = None, admin_key: str | None = None) -> gr.Blocks:  # fmt: skip
+    """The demo as a ``gr.Blocks`` (not launched). ``experiment`` defaults to the server's first one."""
+    client = LivethinkClient(server_url, api_key=api_key, admin_key=admin_key)
+    catalog, warning = load_catalog(catalog_path)
+    if not experiment:
+        experiment = next(iter(client.experiments()), None)
+    with gr.Blocks(title="livethink demo") as demo:
+        gr.Markdown(
+            f"## livethink — fast reasoning replies for livestream shopping\nServer: `{client.base_url}`"
+        )
+        with gr.Tabs():
+            with gr.Tab("Live reply", id="live"):
+                live = build_live_tab(client, catalog, warning, experiment)
+            with gr.Tab("Compression", id="compression"):
+                comp = build_compression_tab(results_dir, eval_report)
+            with gr.Tab("Experiment", id="experiment") as exp_tab:
+                exp = build_experiment_tab(client, experiment)
+        # a fresh page re-reads the server's arms and the result files; the Experiment tab loads when opened
+        demo.load(live["reconnect"], None, live["reconnect_outputs"])
+        demo.load(comp["load"], None, comp["outputs"])
+        exp_tab.select(exp["load"], [exp["name"]], exp["outputs"])
+    return demo
+
+
+def _free_port(host: str) -> int:
+    with socket.socket() as s:
+        s.bind((host, 0))
+        return s.getsockname()[1]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m apps.demo", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    parser.add_argument("--server-url", default=os.environ.get("LIVETHINK_SERVER_URL", "http://127.0.0.1:8000"),
+                        help="the livethink server (default: $LIVETHINK_SERVER_URL or http://127.0.0.1:8000)")  # fmt: skip
+    parser.add_argument("--host", default="127.0.0.1", help="bind address of the demo (default 127.0.0.1)")
+    parser.add_argument(
+        "--port", type=int, default=7860, help="port of the demo (default 7860; 0 = any free port)"
+    )
+    parser.add_argument("--catalog", default=str(DEFAULT_CATALOG), help="product catalog JSONL")
+    parser.add_argument("--experiment", help="A/B experiment name (default: the server's first experiment)")
+    parser.add_argument(
+        "--results-dir", default=str(DEFAULT_RESULTS), help="where compression.{md,json,png} are"
+    )
+    parser.add_argument("--eval-report", default=str(DEFAULT_EVAL), help="evaluation report (Markdown)")
+    parser.add_argument(
+        "--api-key", default=os.environ.get("LIVETHINK_API_KEY"), help="bearer token for the server"
+    )
+    parser.add_argument("--admin-key", default=os.environ.get("LIVETHINK_ADMIN_KEY"),
+                        help="admin bearer token (the A/B summary is an admin endpoint when admin keys are set)")  # fmt: skip
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request to the server is noise
+    demo = build_app(args.server_url, args.catalog, args.experiment, args.results_dir, args.eval_report,
+                     args.api_key, args.admin_key)  # fmt: skip
+    port = args.port or _free_port(args.host)
+    demo.queue(default_concurrency_limit=4)
+    _, local_url, _ = demo.launch(server_name=args.host, server_port=port, prevent_thread_lock=True, quiet=True,
+                                  theme=theme(), css=CSS, ssr_mode=False, footer_links=[])  # fmt: skip
+    print(f"livethink demo: {local_url} (server {args.server_url})", flush=True)
+    try:
+        demo.block_thread()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        demo.close()
+    return 0

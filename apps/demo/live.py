@@ -1,0 +1,342 @@
+"""The Live reply tab: ask a viewer question, watch arm A, arm B or both answer, with their latency numbers.
+
+The reply streams in (``POST /v1/chat/completions``, SSE) or comes in one piece (``POST /v1/livestream/reply``);
+the reasoning sits in a collapsible "Thinking…" message (Gradio ``ChatMessage`` metadata). Beside each reply:
+tokens, time to first token, end-to-end latency, whether the deadline was met, the arm and the model.
+With both arms the requests run one after the other, so each gets the server to itself.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import gradio as gr
+
+from apps.demo.client import Delta, LivethinkClient, ReplyRequest, ReplyResult, ServerError
+from apps.demo.inputs import CatalogEntry, InputError, docs_for, parse_docs, parse_history, parse_question
+from livethink.data.schema import Turn
+
+log = logging.getLogger(__name__)
+
+MODES = ("Arm A", "Arm B", "A and B side by side")
+AUTO_LABEL = "viewer's A/B arm (assigned by viewer id)"
+EXAMPLE_QUESTIONS = (
+    "How much is it right now with the livestream discount?",
+    "Is it in stock in size M?",
+    "How long does shipping take?",
+    "Can I return it if it doesn't fit?",
+)
+UPDATE_EVERY_S = 0.05  # at most ~20 UI updates per second while streaming
+
+
+@dataclass(frozen=True)
+class Target:
+    """Who answers: a forced A/B arm, a served model, or (neither) the viewer's assigned arm."""
+
+    label: str
+    arm: str | None = None
+    model: str | None = None
+
+
+def discover_targets(client: LivethinkClient, experiment: str | None) -> tuple[list[Target], str]:
+    """The experiment's arms, the served models and the A/B assignment, plus a status line for the UI."""
+    try:
+        health = client.health()
+        models = client.models()
+    except ServerError as exc:
+        return [Target(AUTO_LABEL)], f"⚠ {exc.user_message()}"
+    experiments = client.experiments()
+    name = experiment if experiment in experiments else next(iter(experiments), None)
+    arms = experiments.get(name, []) if name else []
+    if not arms and experiment:
+        try:
+            arms = list((client.experiment_summary(experiment).get("arms") or {}).keys())
+            name = experiment
+        except ServerError:
+            arms = []
+    targets = [Target(f"arm {a}", arm=a) for a in arms]
+    targets += [Target(f"model {m}", model=m) for m in models]
+    targets.append(Target(AUTO_LABEL))
+    engines = ", ".join(f"{k}: {v}" for k, v in (health.get("engines") or {}).items())
+    exp = f"; experiment `{name}` (arms {', '.join(arms)})" if arms else "; no A/B experiment on the server"
+    return targets, f"✓ Connected to `{client.base_url}`: models {', '.join(models) or '–'} ({engines}){exp}."
+
+
+def _stamp() -> str:
+    """Wall-clock time ending a final status line (so a browser can tell one answer from the next)."""
+    now = time.time()
+    return time.strftime("%H:%M:%S", time.localtime(now)) + f".{int(now * 1000) % 1000:03d}"
+
+
+def _ms(x: float | None) -> str:
+    return "–" if x is None else f"{x:,.0f} ms"
+
+
+@dataclass
+class Panel:
+    """One arm's side of the comparison: the chat messages and the numbers beside them."""
+
+    target: Target
+    question: str
+    history: tuple[Turn, ...]
+    reasoning: str = ""
+    reply: str = ""
+    state: str = "waiting"  # waiting | thinking | replying | done | error
+    error: str | None = None
+    result: ReplyResult | None = None
+    t_start: float = field(default_factory=time.monotonic)
+    t_reply: float | None = None
+    streamed: bool = False
+
+    def messages(self) -> list[dict[str, Any]]:
+        msgs: list[dict[str, Any]] = [
+            {"role": "user" if t.role == "viewer" else "assistant", "content": t.content}
+            for t in self.history
+        ]
+        msgs.append({"role": "user", "content": self.question})
+        if self.state == "waiting":
+            return msgs
+        if self.reasoning or self.state == "thinking":
+            done = self.state != "thinking"
+            meta: dict[str, Any] = {"title": "Thinking…", "status": "done" if done else "pending"}
+            if done:
+                meta["duration"] = round(self._thinking_s(), 3)
+            msgs.append({"role": "assistant", "content": self.reasoning or "…", "metadata": meta})
+        if self.reply:
+            msgs.append({"role": "assistant", "content": self.reply})
+            if self.streamed and self.result is not None and self.result.fallback:
+                msgs.append({"role": "assistant", "content": "_(server flag `fallback`: this text was not usable "
+                                                              "in time; the livestream endpoint speaks its fallback "
+                                                              "reply instead)_"})  # fmt: skip
+        elif self.state == "done":
+            msgs.append({"role": "assistant", "content": "_(empty reply)_"})
+        if self.error:
+            msgs.append({"role": "assistant", "content": f"⚠ {self.error}"})
+        return msgs
+
+    def _thinking_s(self) -> float:
+        r = self.result
+        if r is not None and r.first_reply_token_ms is not None and r.first_token_ms is not None:
+            return max(0.0, (r.first_reply_token_ms - r.first_token_ms) / 1000)
+        end = self.t_reply or time.monotonic()
+        return end - self.t_start
+
+    def stats(self) -> str:
+        head = f"**{self.target.label}**"
+        if self.state == "waiting":
+            return f"{head}\n\nwaiting for the other arm to finish…"
+        if self.state == "error":
+            return f"{head}\n\n⚠ {self.error}"
+        r = self.result
+        if r is None:
+            return f"{head}\n\n{self.state}… {(time.monotonic() - self.t_start) * 1000:,.0f} ms"
+        if r.deadline_met is None:
+            deadline = "–"
+        elif r.deadline_met:
+            deadline = f"✓ met ({_ms(r.e2e_ms)} ≤ {_ms(r.deadline_ms)})"
+        else:
+            deadline = f"✗ **missed** ({_ms(r.e2e_ms)} > {_ms(r.deadline_ms)})"
+        tokens = (
+            "–"
+            if r.total_tokens is None
+            else f"{r.total_tokens} (thinking {r.reasoning_tokens or 0} · reply {r.reply_tokens or 0})"
+        )
+        who = f"arm `{r.arm}`" if r.arm else "no A/B arm"
+        if r.experiment:
+            who += f" of `{r.experiment}`"
+        rows = [
+            ("Tokens", tokens),
+            ("Time to first token", _ms(r.first_token_ms)),
+            ("First reply token", _ms(r.first_reply_token_ms)),
+            ("End-to-end latency", _ms(r.e2e_ms)),
+            ("Deadline", deadline),
+            ("Queue", _ms(r.queue_ms)),
+            ("Forced end of thinking", "yes" if r.forced_end_of_thinking else "no"),
+            ("Fallback reply", "yes (nothing usable by the deadline)" if r.fallback else "no"),
+        ]
+        table = "\n".join(f"| {k} | {v} |" for k, v in rows)
+        return f"{head}\n\n| Served by | {who}, model `{r.model or '–'}` |\n|---|---|\n{table}"
+
+    def notes(self) -> list[str]:
+        r = self.result
+        if r is None:
+            return []
+        out = []
+        if r.deadline_met is False:
+            out.append(
+                f"{self.target.label} missed its {_ms(r.deadline_ms)} deadline ({_ms(r.e2e_ms)} end to end)"
+            )
+        if r.fallback:
+            out.append(f"{self.target.label} had no usable reply in time: the server sent its fallback reply")
+        elif r.cut_at_deadline:
+            out.append(f"{self.target.label}'s reply was cut at the deadline")
+        return out
+
+
+def _run(client: LivethinkClient, panel: Panel, req: ReplyRequest, stream: bool) -> Iterator[None]:
+    """Drive one request, updating ``panel``; yields whenever the UI should refresh."""
+    panel.state, panel.t_start, panel.streamed = "thinking", time.monotonic(), stream
+    yield
+    try:
+        if not stream:
+            panel.result = client.reply(req)
+            panel.reasoning, panel.reply = panel.result.reasoning, panel.result.reply
+        else:
+            last = 0.0
+            for item in client.stream_reply(req):
+                if isinstance(item, ReplyResult):
+                    panel.result = item
+                    break
+                assert isinstance(item, Delta)
+                if item.phase == "reasoning":
+                    panel.reasoning += item.text
+                else:
+                    if panel.state == "thinking":
+                        panel.state, panel.t_reply = "replying", time.monotonic()
+                    panel.reply += item.text
+                now = time.monotonic()
+                if now - last >= UPDATE_EVERY_S:
+                    last = now
+                    yield
+        panel.state = "done"
+    except ServerError as exc:
+        panel.state, panel.error = "error", exc.user_message()
+    except Exception as exc:  # the UI shows a sentence, the log keeps the traceback
+        log.exception("live reply failed")
+        panel.state, panel.error = "error", f"Unexpected error in the demo: {type(exc).__name__}: {exc}"
+    yield
+
+
+def ask(client: LivethinkClient, targets: dict[str, Target], docs_text: str, question: str, history_text: str,
+        viewer_id: str, mode: str, label_a: str, label_b: str, budget_ms: float,
+        stream: bool) -> Iterator[tuple[Any, ...]]:  # fmt: skip
+    """The Ask button: yields (chat A, stats A, chat B, stats B, status) as the replies come in."""
+    empty = ([], "", [], "")
+    try:
+        docs = parse_docs(docs_text)
+        q = parse_question(question)
+        history = parse_history(history_text)
+    except InputError as exc:
+        yield (*empty, f"⚠ {exc} · {_stamp()}")
+        return
+    chosen = {"Arm A": ["a"], "Arm B": ["b"]}.get(mode, ["a", "b"])
+    panels: dict[str, Panel | None] = {"a": None, "b": None}
+    for side, label in (("a", label_a), ("b", label_b)):
+        if side in chosen:
+            panels[side] = Panel(targets.get(label) or Target(AUTO_LABEL), q, history)
+    viewer = (viewer_id or "").strip() or f"demo-{uuid.uuid4().hex[:8]}"
+
+    def view(status: str) -> tuple[Any, ...]:
+        out: list[Any] = []
+        for side in ("a", "b"):
+            p = panels[side]
+            if p is None:
+                out += [gr.update(value=[], label=f"Arm {side.upper()}"), ""]
+            else:
+                out += [
+                    gr.update(value=p.messages(), label=f"Arm {side.upper()}: {p.target.label}"),
+                    p.stats(),
+                ]
+        return (*out, status)
+
+    yield view("asking…")
+    for side in chosen:
+        panel = panels[side]
+        assert panel is not None
+        req = ReplyRequest(docs, q, history, viewer, int(budget_ms), panel.target.arm, panel.target.model)
+        for _ in _run(client, panel, req, stream):
+            yield view(f"{panel.target.label} is answering…")
+    notes = [n for p in panels.values() if p is not None for n in p.notes()]
+    errors = [f"{p.target.label}: {p.error}" for p in panels.values() if p is not None and p.error]
+    if errors:
+        status = "⚠ " + " · ".join(errors)
+    elif notes:
+        status = "⚠ " + " · ".join(notes)
+    else:
+        status = "✓ done"
+    yield view(f"{status} · {_stamp()}")
+
+
+def build_live_tab(client: LivethinkClient, catalog: list[CatalogEntry], catalog_warning: str | None,
+                   experiment: str | None) -> dict[str, Any]:  # fmt: skip
+    """Lay out the tab (inside an open ``gr.Tab``) and wire its events; returns the components."""
+    targets, server_status = discover_targets(client, experiment)
+    labels = [t.label for t in targets]
+    default_a = labels[0]
+    default_b = labels[1] if len(labels) > 2 else labels[0]
+    targets_state = gr.State({t.label: t for t in targets})
+
+    status = gr.Markdown(
+        server_status + (f"\n\n⚠ {catalog_warning}" if catalog_warning else ""), elem_id="live-status"
+    )
+    with gr.Row():
+        with gr.Column(scale=3):
+            choices = [e.label for e in catalog]
+            products = gr.Dropdown(choices, value=choices[:1], multiselect=True, max_choices=5,
+                                   label="Products on stream (catalog)", elem_id="products")  # fmt: skip
+            docs = gr.Textbox(docs_for(catalog, choices[:1]), lines=4, max_lines=12,
+                              label="Product docs (edit or paste; one product per paragraph)", elem_id="docs")  # fmt: skip
+            with gr.Row():
+                question = gr.Textbox(
+                    EXAMPLE_QUESTIONS[0], lines=2, label="Viewer question", elem_id="question"
+                )
+                history = gr.Textbox(lines=2, label="Chat history (optional: `viewer: …` / `host: …` lines)",
+                                     elem_id="history")  # fmt: skip
+            with gr.Accordion("Example questions", open=False):
+                gr.Examples([[q] for q in EXAMPLE_QUESTIONS], inputs=[question], label=None)
+        with gr.Column(scale=2):
+            mode = gr.Radio(list(MODES), value=MODES[2], label="Who answers", elem_id="mode")
+            with gr.Row():
+                arm_a = gr.Dropdown(labels, value=default_a, label="Arm A", elem_id="arm-a")
+                arm_b = gr.Dropdown(labels, value=default_b, label="Arm B", elem_id="arm-b")
+            budget = gr.Slider(
+                100, 5000, value=1000, step=50, label="Latency budget (deadline_ms)", elem_id="budget"
+            )
+            with gr.Row():
+                viewer = gr.Textbox("demo-viewer", label="Viewer id", elem_id="viewer")
+                stream = gr.Checkbox(True, label="Stream the reply", elem_id="stream")
+            with gr.Row():
+                ask_btn = gr.Button("Ask", variant="primary", scale=2, elem_id="ask")
+                reconnect = gr.Button("Reconnect", scale=1, elem_id="reconnect")
+    with gr.Row():
+        with gr.Column(elem_id="panel-a") as col_a:
+            chat_a = gr.Chatbot(label="Arm A", height=360, elem_id="chat-a")
+            stats_a = gr.Markdown(elem_id="stats-a")
+        with gr.Column(elem_id="panel-b") as col_b:
+            chat_b = gr.Chatbot(label="Arm B", height=360, elem_id="chat-b")
+            stats_b = gr.Markdown(elem_id="stats-b")
+
+    def on_products(selected: list[str] | None) -> str:
+        return docs_for(catalog, selected or [])
+
+    def on_mode(m: str) -> tuple[Any, Any]:
+        return gr.update(visible=m != MODES[1]), gr.update(visible=m != MODES[0])
+
+    def on_reconnect() -> tuple[Any, ...]:
+        ts, line = discover_targets(client, experiment)
+        ls = [t.label for t in ts]
+        b = ls[1] if len(ls) > 2 else ls[0]
+        return (
+            {t.label: t for t in ts},
+            line,
+            gr.update(choices=ls, value=ls[0]),
+            gr.update(choices=ls, value=b),
+        )
+
+    def on_ask(tmap: dict[str, Target], *args: Any) -> Iterator[tuple[Any, ...]]:
+        yield from ask(client, tmap, *args)
+
+    products.change(on_products, [products], [docs])
+    mode.change(on_mode, [mode], [col_a, col_b])
+    reconnect.click(on_reconnect, None, [targets_state, status, arm_a, arm_b])
+    inputs = [targets_state, docs, question, history, viewer, mode, arm_a, arm_b, budget, stream]
+    outputs = [chat_a, stats_a, chat_b, stats_b, status]
+    ask_btn.click(on_ask, inputs, outputs)
+    question.submit(on_ask, inputs, outputs)
+    return {"status": status, "ask": ask_btn, "chat_a": chat_a, "chat_b": chat_b, "reconnect": on_reconnect,
+            "reconnect_outputs": [targets_state, status, arm_a, arm_b]}  # fmt: skip
