@@ -27,6 +27,7 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import socket
 import subprocess
 import sys
@@ -591,6 +592,7 @@ def main(argv: list[str] | None = None) -> int:
         argv if argv is not None else sys.argv[1:]
     )
     write_report(result, args.out)
+    shutil.rmtree(workdir, ignore_errors=True)  # server configs and logs (kept when a run fails)
     print(f"wrote {args.out}/serve_load.{{json,md,png}} in {result['environment']['total_s']} s")
     return 0
 

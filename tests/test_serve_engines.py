@@ -285,5 +285,9 @@ def test_deadline_holds_on_the_transformers_engine(hf_server):
                 lt = r.json()["livethink"]
                 assert lt["deadline_met"] and lt["timings"]["e2e_ms"] <= 500
                 assert elapsed <= 500 + 100
-        status = http.get(f"{hf_server.url}/v1/admin/status").json()
-        assert status["engines"]["rft"]["engine_unfinished"] == 0
+        end = time.monotonic() + 3  # the decode thread stops at its next token after the cut
+        while (engine := http.get(f"{hf_server.url}/v1/admin/status").json()["engines"]["rft"])[
+            "engine_unfinished"
+        ]:
+            assert time.monotonic() < end, engine
+            time.sleep(0.02)
