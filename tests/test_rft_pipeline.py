@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -11,11 +12,15 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
+# An in-process vLLM engine started by an earlier test leaves torch.distributed variables in os.environ; a
+# training subprocess that inherited them would try to join that (busy) rendezvous instead of running alone.
+DIST_VARS = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "GROUP_RANK")
 
 
 def _rft(args: list[str]) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k not in DIST_VARS}
     return subprocess.run([sys.executable, "-m", "livethink.cli", "rft", *args], capture_output=True, text=True,
-                          cwd=ROOT, timeout=900)
+                          cwd=ROOT, timeout=900, env=env)
 
 
 @pytest.fixture(scope="module")
