@@ -28,8 +28,6 @@ import json
 import os
 import platform
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import time
@@ -41,27 +39,20 @@ import httpx
 import numpy as np
 import yaml
 
+from livethink.server_process import LOOPBACK, ServerProcess, free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODEL = ROOT / "runs/tiny/rft/final"
 OUT = ROOT / "benchmarks/results"
-LOOPBACK = "127.0.0.1"
 
 
 # -- server -----------------------------------------------------------------------------------------------
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind((LOOPBACK, 0))
-        return s.getsockname()[1]
-
-
-class Server:
+class Server(ServerProcess):
     """`livethink serve` in a subprocess on a free loopback port."""
 
     def __init__(
         self, models: dict[str, Path], engine: str, workdir: Path, deadline_ms: int, timeout_s: float = 300
     ):
-        self.port = _free_port()
-        self.url = f"http://{LOOPBACK}:{self.port}"
         config = {
             "models": {name: {"path": str(path)} for name, path in models.items()},
             "default_model": next(iter(models)),
@@ -73,16 +64,14 @@ class Server:
         }
         cfg = workdir / f"serve-{engine}-{'-'.join(models)}.yaml"
         cfg.write_text(yaml.safe_dump(config))
-        self.log_path = cfg.with_suffix(".log")
-        self._log = self.log_path.open("w")
         env = {
             **os.environ,
             "HF_HUB_OFFLINE": "1",
             "VLLM_CPU_KVCACHE_SPACE": "1",
             "TOKENIZERS_PARALLELISM": "false",
         }
-        t0 = time.monotonic()
-        self.proc = subprocess.Popen(
+        port = free_port(LOOPBACK)
+        super().__init__(
             [
                 sys.executable,
                 "-m",
@@ -92,39 +81,19 @@ class Server:
                 "--host",
                 LOOPBACK,
                 "--port",
-                str(self.port),
+                str(port),
             ],
+            port=port,
+            log_path=cfg.with_suffix(".log"),
+            ready_path="/health",
+            host=LOOPBACK,
             cwd=ROOT,
             env=env,
-            stdout=self._log,
-            stderr=subprocess.STDOUT,
+            startup_timeout_s=timeout_s,
         )
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.log_path.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() - t0 > timeout_s:
-                self.close()
-                raise RuntimeError(f"server not healthy after {timeout_s:.0f} s")
-            time.sleep(0.5)
-        self.startup_s = time.monotonic() - t0
 
     def status(self) -> dict[str, Any]:
         return httpx.get(f"{self.url}/v1/admin/status", timeout=10).json()
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self._log.close()
 
 
 # -- load -------------------------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
 """Helpers for the serve tests: the tiny (untrained) student, a uvicorn server in a thread on a random loopback
-port, a CLI server in a subprocess, and a deliberately slow / failing engine for fault injection."""
+port, a CLI server in a subprocess (``livethink.server_process``), and a deliberately slow / failing engine
+for fault injection."""
 
 from __future__ import annotations
 
@@ -7,8 +8,6 @@ import asyncio
 import atexit
 import os
 import shutil
-import socket
-import subprocess
 import sys
 import tempfile
 import threading
@@ -17,13 +16,13 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
-import httpx
 import yaml
 
 from livethink.serve.budget import TokenBudget
 from livethink.serve.config import ServeConfig, parse_config
 from livethink.serve.engines import EngineSet
 from livethink.serve.engines.base import FORCED_THINK_END, Delta, EngineStats, GenerationRequest
+from livethink.server_process import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 _cache: dict[str, Any] = {}
@@ -69,12 +68,6 @@ def make_config(model_dir: Path | str, **overrides: Any) -> ServeConfig:
     return parse_config(data)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 class ServerThread:
     """``create_app(...)`` served by uvicorn in a background thread on 127.0.0.1 (random port)."""
 
@@ -104,58 +97,28 @@ class ServerThread:
         self.thread.join(15)
 
 
-class CLIServer:
+class CLIServer(ServerProcess):
     """``python -m livethink.serve.cli --config X`` in a subprocess (vLLM needs a real ``__main__``)."""
 
     def __init__(self, config: dict[str, Any], workdir: Path, startup_timeout: float = 240.0):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
         path = workdir / "serve.yaml"
         path.write_text(yaml.safe_dump(config))
-        self.log = (workdir / "server.log").open("w")
         env = {
             **os.environ,
             "HF_HUB_OFFLINE": "1",
             "VLLM_CPU_KVCACHE_SPACE": "1",
             "TOKENIZERS_PARALLELISM": "false",
         }
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "livethink.serve.cli", "--config", str(path), "--port", str(self.port)],
+        port = free_port()
+        super().__init__(
+            [sys.executable, "-m", "livethink.serve.cli", "--config", str(path), "--port", str(port)],
+            port=port,
+            log_path=workdir / "server.log",
+            ready_path="/health",
             cwd=ROOT,
             env=env,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
+            startup_timeout_s=startup_timeout,
         )
-        self.log_path = workdir / "server.log"
-        deadline = time.monotonic() + startup_timeout
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited ({self.proc.returncode}):\n{self.tail()}")
-            try:
-                if httpx.get(f"{self.url}/health", timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError(
-                    f"server did not become healthy in {startup_timeout:.0f} s:\n{self.tail()}"
-                )
-            time.sleep(0.5)
-
-    def tail(self, n: int = 4000) -> str:
-        self.log.flush()
-        return self.log_path.read_text()[-n:]
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
 
 
 class SlowEngine:

@@ -13,16 +13,15 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
-import time
 from pathlib import Path
 
 import httpx
 import pytest
-from serve_fixtures import ROOT, ServerThread, free_port, liveshop_test_tasks, make_config, tiny_student_dir
+from serve_fixtures import ROOT, ServerThread, liveshop_test_tasks, make_config, tiny_student_dir
 
 from apps.demo.screenshots import ask, capture_tabs, chromium, find_chromium, open_app, save_png, text_of
+from livethink.server_process import ServerProcess, free_port
 
 pytestmark = [pytest.mark.browser, pytest.mark.timeout(240)]
 
@@ -69,44 +68,22 @@ def _write_catalog(path: Path) -> None:
     path.write_text("".join(json.dumps(d) + "\n" for d in list(seen.values())[:20]))
 
 
-class DemoProcess:
+class DemoProcess(ServerProcess):
     """``python -m apps.demo`` in a subprocess on a free loopback port."""
 
     def __init__(self, args: list[str], log_path: Path, startup_timeout_s: float = 120):
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.log_path = log_path
-        self.log = log_path.open("w")
+        port = free_port()
         env = {**os.environ, "HF_HUB_OFFLINE": "1", "GRADIO_ANALYTICS_ENABLED": "False"}
-        self.proc = subprocess.Popen([sys.executable, "-m", "apps.demo", "--port", str(self.port), *args], cwd=ROOT,
-                                     env=env, stdout=self.log, stderr=subprocess.STDOUT)  # fmt: skip
-        deadline = time.monotonic() + startup_timeout_s
-        while True:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the demo exited ({self.proc.returncode}):\n{self.tail()}")
-            try:
-                if httpx.get(self.url, timeout=2).status_code == 200:
-                    return
-            except httpx.HTTPError:
-                pass
-            if time.monotonic() > deadline:
-                self.close()
-                raise RuntimeError(f"the demo did not start in {startup_timeout_s:.0f} s:\n{self.tail()}")
-            time.sleep(0.5)
-
-    def tail(self, n: int = 3000) -> str:
-        self.log.flush()
-        return self.log_path.read_text()[-n:]
-
-    def close(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(10)
-        self.log.close()
+        super().__init__(
+            [sys.executable, "-m", "apps.demo", "--port", str(port), *args],
+            port=port,
+            log_path=log_path,
+            name="the demo",
+            cwd=ROOT,
+            env=env,
+            startup_timeout_s=startup_timeout_s,
+            stop_timeout_s=15,
+        )
 
 
 @pytest.fixture(scope="module")

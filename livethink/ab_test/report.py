@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import json
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -163,41 +163,38 @@ def _sections(s: dict[str, Any]) -> list[tuple[str, Any]]:
     return out
 
 
+def _render_sections(s: dict[str, Any], fmt: Mapping[str, Callable[[Any], str]]) -> list[str]:
+    """Each report section as text, by ``fmt[kind]``; a kind without an entry (a paragraph) by ``fmt["p"]``."""
+    return [fmt.get(kind, fmt["p"])(val) for kind, val in _sections(s)]
+
+
+_MARKDOWN: dict[str, Callable[[Any], str]] = {
+    "warn": lambda v: f"> **{v}**",
+    "verdict": lambda v: f"**Verdict: {v}**",
+    "h2": lambda v: f"## {v}",
+    "table": lambda v: _md_table(v) if v[1] else "_none_",
+    "img": lambda v: f"![{v[1]}]({v[0]})",
+    "p": lambda v: v,
+}
+_HTML: dict[str, Callable[[Any], str]] = {
+    "warn": lambda v: f'<p class="warn">{html.escape(v)}</p>',
+    "verdict": lambda v: f'<p class="verdict">Verdict: {html.escape(v)}</p>',
+    "h2": lambda v: f"<h2>{html.escape(v)}</h2>",
+    "table": lambda v: _html_table(v) if v[1] else "<p><em>none</em></p>",
+    "img": lambda v: (
+        f'<figure><img src="{v[0]}" alt="{html.escape(v[1])}"><figcaption>{html.escape(v[1])}</figcaption></figure>'
+    ),
+    "p": lambda v: f"<p>{html.escape(v)}</p>",
+}
+
+
 def render_markdown(s: dict[str, Any]) -> str:
-    parts = [f"# A/B report: {s['experiment']}"]
-    for kind, val in _sections(s):
-        if kind == "warn":
-            parts.append(f"> **{val}**")
-        elif kind == "verdict":
-            parts.append(f"**Verdict: {val}**")
-        elif kind == "h2":
-            parts.append(f"## {val}")
-        elif kind == "table":
-            parts.append(_md_table(val) if val[1] else "_none_")
-        elif kind == "img":
-            parts.append(f"![{val[1]}]({val[0]})")
-        else:
-            parts.append(val)
+    parts = [f"# A/B report: {s['experiment']}", *_render_sections(s, _MARKDOWN)]
     return "\n\n".join(parts) + "\n"
 
 
 def render_html(s: dict[str, Any]) -> str:
-    body = [f"<h1>A/B report: {html.escape(s['experiment'])}</h1>"]
-    for kind, val in _sections(s):
-        if kind == "warn":
-            body.append(f'<p class="warn">{html.escape(val)}</p>')
-        elif kind == "verdict":
-            body.append(f'<p class="verdict">Verdict: {html.escape(val)}</p>')
-        elif kind == "h2":
-            body.append(f"<h2>{html.escape(val)}</h2>")
-        elif kind == "table":
-            body.append(_html_table(val) if val[1] else "<p><em>none</em></p>")
-        elif kind == "img":
-            body.append(
-                f'<figure><img src="{val[0]}" alt="{html.escape(val[1])}"><figcaption>{html.escape(val[1])}</figcaption></figure>'
-            )
-        else:
-            body.append(f"<p>{html.escape(val)}</p>")
+    body = [f"<h1>A/B report: {html.escape(s['experiment'])}</h1>", *_render_sections(s, _HTML)]
     style = (
         "body{font-family:system-ui,sans-serif;max-width:1200px;margin:2em auto;padding:0 1em}"
         "table{border-collapse:collapse;font-size:13px;margin:1em 0}td,th{border:1px solid #ccc;padding:3px 6px}"
@@ -208,6 +205,12 @@ def render_html(s: dict[str, Any]) -> str:
         f'<!doctype html><html><head><meta charset="utf-8"><title>A/B report: {html.escape(s["experiment"])}</title>'
         f"<style>{style}</style></head><body>{''.join(body)}</body></html>\n"
     )
+
+
+def _save_figure(fig: Any, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110, format="png")
+    plt.close(fig)
 
 
 def _plot_over_time(s: dict[str, Any], path: Path) -> None:
@@ -242,9 +245,7 @@ def _plot_over_time(s: dict[str, Any], path: Path) -> None:
     ax2.set_title(f"relative lift vs {s['control']} (%)")
     ax2.set_xlabel("hours since first exposure")
     ax2.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png")
-    plt.close(fig)
+    _save_figure(fig, path)
 
 
 def _plot_distributions(s: dict[str, Any], a: Analysis, path: Path) -> None:
@@ -272,9 +273,7 @@ def _plot_distributions(s: dict[str, Any], a: Analysis, path: Path) -> None:
     ax2.set_title("GMV per ordering viewer")
     ax2.set_xlabel("GMV")
     ax2.legend()
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png")
-    plt.close(fig)
+    _save_figure(fig, path)
 
 
 def _plot_latency(s: dict[str, Any], a: Analysis, path: Path) -> None:
@@ -300,9 +299,7 @@ def _plot_latency(s: dict[str, Any], a: Analysis, path: Path) -> None:
         ax2.boxplot([d for _, d in nonempty], tick_labels=[n for n, _ in nonempty], showfliers=False)
     ax2.set_ylabel("latency (ms)")
     ax2.set_title("latency by arm (box: quartiles, whiskers 1.5 IQR)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110, format="png")
-    plt.close(fig)
+    _save_figure(fig, path)
 
 
 def write_report(analysis: Analysis, out_dir: str | Path) -> dict[str, Path]:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
@@ -170,7 +170,19 @@ class ABTestHooks:
                 return self._choice(name, h, a.arm, a, False)
         return ArmChoice()
 
-    def _watch(self, fut: Any, kind: str) -> None:
+    def _failed(self, kind: str) -> None:
+        if self._on_error is not None:
+            self._on_error(kind)
+
+    def _log_event(self, kind: str, send: Callable[[], Any]) -> None:
+        """``send()`` hands one event to the store (a future, or None); a failure, now or when the future
+        resolves, is logged and counted, never raised: logging must never fail a reply."""
+        try:
+            fut = send()
+        except Exception as exc:
+            log.warning("A/B %s not logged: %s", kind, exc)
+            self._failed(kind)
+            return
         if fut is None:
             return
 
@@ -178,8 +190,7 @@ class ABTestHooks:
             exc = f.exception()
             if exc is not None:
                 log.warning("A/B %s event not stored: %s", kind, exc)
-                if self._on_error is not None:
-                    self._on_error(kind)
+                self._failed(kind)
 
         fut.add_done_callback(done)
 
@@ -188,16 +199,12 @@ class ABTestHooks:
     ) -> None:
         if choice.experiment is None or choice.forced or choice.assignment is None:
             return
-        try:
-            fut = self.hooks[choice.experiment].on_exposure(
+        self._log_event(
+            "exposure",
+            lambda: self.hooks[choice.experiment].on_exposure(
                 viewer_id, choice.assignment, request_id=request_id, simulated=simulated
-            )
-        except Exception as exc:  # logging must never fail a reply
-            log.warning("A/B exposure not logged: %s", exc)
-            fut = None
-            if self._on_error is not None:
-                self._on_error("exposure")
-        self._watch(fut, "exposure")
+            ),
+        )
 
     def on_response(
         self,
@@ -209,8 +216,9 @@ class ABTestHooks:
     ) -> None:
         if choice.experiment is None or choice.forced:
             return
-        try:
-            fut = self.hooks[choice.experiment].on_response(
+        self._log_event(
+            "response",
+            lambda: self.hooks[choice.experiment].on_response(
                 viewer_id,
                 choice.arm,
                 request_id=request_id,
@@ -220,13 +228,8 @@ class ABTestHooks:
                 deadline_met=record.deadline_met,
                 status=record.status,
                 simulated=simulated,
-            )
-        except Exception as exc:
-            log.warning("A/B response not logged: %s", exc)
-            fut = None
-            if self._on_error is not None:
-                self._on_error("response")
-        self._watch(fut, "response")
+            ),
+        )
 
     async def on_outcome(self, payload: Any) -> dict[str, Any]:
         from livethink.ab_test.errors import EventConflictError, EventValidationError, UnknownExperimentError
