@@ -1,0 +1,175 @@
+"""How fast does the from-scratch tiny student learn to copy facts from its prompt? A wall-clock-matched SFT sweep.
+
+    .venv/bin/python benchmarks/sft_copy_sweep.py --accepted runs/tiny/rft/accepted.jsonl [--minutes 4]
+        [--only base,lr4e-3]
+
+The stage-1 student fails when it writes facts from its training prior instead of the product docs in its
+prompt (see README, "Stage 1"). Each setting trains a fresh student for the same wall time on the accepted
+traces (completion-only loss + router aux loss, AdamW, warm-up then cosine) and is scored teacher-forced on the
+error-free scripted teacher's traces for the first 200 test tasks (unseen products):
+
+- ``token_acc``: next-token accuracy over the completion;
+- ``copy_acc``: the same over completion tokens that occur in the prompt and are not among the 300 most common
+  completion tokens: product names, colours, materials (digits are too common to count).
+
+A short diagnostic loop, not the product's trainer (``livethink rft`` uses TRL's SFTTrainer): it exists to pick
+the stage-1 settings. Writes ``benchmarks/results/sft_copy_sweep.{json,md}``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import math
+import os
+import platform
+import random
+import time
+from pathlib import Path
+
+import torch
+
+from livethink.data.io import read_tasks
+from livethink.data.prompt import build_messages
+from livethink.models.student import StudentConfig, create_student
+from livethink.models.tokenizer import load_tokenizer
+from livethink.rft_distill.teachers.base import SamplingConfig
+from livethink.rft_distill.teachers.scripted import ScriptedTeacher
+
+ROOT = Path(__file__).resolve().parents[1]
+Pair = tuple[list[int], list[int]]  # prompt ids, completion ids
+
+# name -> overrides of BASE
+SETTINGS: dict[str, dict] = {
+    "base": {},
+    "lr4e-3": {"lr": 4e-3},
+    "lr8e-3": {"lr": 8e-3},
+    "full_seq_loss": {"prompt_loss_weight": 1.0},
+    "batch8": {"batch": 8, "lr": 1.5e-3},
+    "heads8": {"lr": 4e-3, "heads": 8, "kv_heads": 4},
+    "hidden192": {"lr": 4e-3, "hidden": 192, "heads": 6, "moe": 384},
+}
+BASE = {"hidden": 128, "layers": 4, "heads": 4, "kv_heads": 2, "moe": 256, "lr": 2e-3, "batch": 16,
+        "prompt_loss_weight": 0.0, "warmup_steps": 30, "aux": 0.01}
+
+
+def encode(tokenizer, task, completion: str, end_id: int) -> Pair:
+    prompt = tokenizer.apply_chat_template(build_messages(task), add_generation_prompt=True, tokenize=True,
+                                           return_dict=True)["input_ids"]
+    return list(prompt), tokenizer(completion, add_special_tokens=False).input_ids + [end_id]
+
+
+def batchify(pairs: list[Pair], pad_id: int, prompt_weight: float):
+    length = max(len(p) + len(c) for p, c in pairs)
+    ids = torch.full((len(pairs), length), pad_id)
+    attention = torch.zeros(len(pairs), length, dtype=torch.long)
+    weights = torch.zeros(len(pairs), length)
+    for i, (p, c) in enumerate(pairs):
+        ids[i, : len(p) + len(c)] = torch.tensor(p + c)
+        attention[i, : len(p) + len(c)] = 1
+        weights[i, len(p): len(p) + len(c)] = 1.0
+        weights[i, 1: len(p)] = prompt_weight
+    return ids, attention, weights
+
+
+@torch.no_grad()
+def score(model, test: list[Pair], common: set[int], pad_id: int) -> dict[str, float]:
+    model.eval()
+    tokens = hits = copy_tokens = copy_hits = 0
+    for start in range(0, len(test), 25):
+        chunk = test[start: start + 25]
+        ids, attention, _ = batchify(chunk, pad_id, 0.0)
+        pred = model(input_ids=ids, attention_mask=attention).logits[:, :-1].argmax(-1)
+        for b, (p, c) in enumerate(chunk):
+            in_prompt = set(p)
+            for j in range(len(p) - 1, len(p) + len(c) - 1):
+                target = ids[b, j + 1].item()
+                hit = pred[b, j].item() == target
+                tokens, hits = tokens + 1, hits + hit
+                if target in in_prompt and target not in common:
+                    copy_tokens, copy_hits = copy_tokens + 1, copy_hits + hit
+    model.train()
+    return {"token_acc": hits / tokens, "copy_acc": copy_hits / max(copy_tokens, 1)}
+
+
+def train_one(name: str, s: dict, train: list[Pair], test: list[Pair], common: set[int], tokenizer,
+              minutes: float) -> dict:
+    torch.manual_seed(0)
+    rng = random.Random(0)
+    config = StudentConfig(num_hidden_layers=s["layers"], hidden_size=s["hidden"], num_attention_heads=s["heads"],
+                           num_key_value_heads=s["kv_heads"], head_dim=s["hidden"] // s["heads"],
+                           moe_intermediate_size=s["moe"], router_aux_loss_coef=s["aux"])
+    model = create_student(config, tokenizer)
+    optimizer = torch.optim.AdamW(model.parameters(), lr=s["lr"], weight_decay=0.01, betas=(0.9, 0.95))
+    order = sorted(range(len(train)), key=lambda i: len(train[i][0]) + len(train[i][1]))
+    batches = [order[i: i + s["batch"]] for i in range(0, len(order), s["batch"])]
+    budget, step, start = minutes * 60, 0, time.perf_counter()
+    while time.perf_counter() - start < budget:
+        rng.shuffle(batches)
+        for batch in batches:
+            elapsed = time.perf_counter() - start
+            if elapsed >= budget:
+                break
+            cosine = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * elapsed / budget))
+            for group in optimizer.param_groups:
+                group["lr"] = s["lr"] * min(1.0, (step + 1) / s["warmup_steps"]) * cosine
+            ids, attention, weights = batchify([train[i] for i in batch], tokenizer.pad_token_id,
+                                               s["prompt_loss_weight"])
+            out = model(input_ids=ids, attention_mask=attention, output_router_logits=True)
+            nll = torch.nn.functional.cross_entropy(out.logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
+            loss = (nll * weights[:, 1:]).sum() / weights[:, 1:].sum() + s["aux"] * out.aux_loss
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            optimizer.step()
+            optimizer.zero_grad()
+            step += 1
+    result = {"setting": name, **s, "steps": step, "train_s": round(time.perf_counter() - start, 1),
+              **score(model, test, common, tokenizer.pad_token_id)}
+    print(json.dumps(result), flush=True)
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--accepted", type=Path, default=ROOT / "runs/tiny/rft/accepted.jsonl")
+    ap.add_argument("--data-dir", type=Path, default=ROOT / "artifacts/tiny/data")
+    ap.add_argument("--tokenizer", type=Path, default=ROOT / "artifacts/tiny/tokenizer")
+    ap.add_argument("--minutes", type=float, default=4.0, help="wall-clock training budget per setting")
+    ap.add_argument("--only", default=",".join(SETTINGS), help="comma-separated setting names")
+    ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results")
+    args = ap.parse_args()
+    names = [n for n in args.only.split(",") if n]
+    unknown = [n for n in names if n not in SETTINGS]
+    if unknown:
+        raise SystemExit(f"--only: unknown setting(s) {unknown}; known: {sorted(SETTINGS)}")
+    if not args.accepted.is_file():
+        raise SystemExit(f"--accepted {args.accepted} not found: run `livethink rft --config configs/tiny/rft.yaml`")
+
+    tokenizer = load_tokenizer(args.tokenizer)
+    end_id = tokenizer.convert_tokens_to_ids("<|im_end|>")
+    tasks = {t.id: t for t in read_tasks(args.data_dir / "train.jsonl")}
+    records = [json.loads(line) for line in args.accepted.open()]
+    train = [encode(tokenizer, tasks[r["task_id"]], r["completion"], end_id) for r in records]
+    teacher = ScriptedTeacher(error_rate=0.0)
+    test = [encode(tokenizer, t, teacher.sample(t, 0, SamplingConfig(temperature=0.0)).completion, end_id)
+            for t in read_tasks(args.data_dir / "test.jsonl")[:200]]
+    common = {tok for tok, _ in collections.Counter(x for _, c in train for x in c).most_common(300)}
+
+    results = [train_one(n, {**BASE, **SETTINGS[n]}, train, test, common, tokenizer, args.minutes) for n in names]
+    meta = {"accepted": str(args.accepted), "train_sequences": len(train), "minutes_per_setting": args.minutes,
+            "threads": torch.get_num_threads(), "load_avg": os.getloadavg(), "machine": platform.processor()}
+    args.out.mkdir(parents=True, exist_ok=True)
+    (args.out / "sft_copy_sweep.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+    rows = [f"| {r['setting']} | {r['lr']:g} | {r['batch']} | {r['hidden']} | {r['heads']} | {r['steps']} | "
+            f"{r['token_acc']:.1%} | {r['copy_acc']:.1%} |" for r in results]
+    (args.out / "sft_copy_sweep.md").write_text("\n".join([
+        "# SFT copy sweep (tiny student, wall-clock matched)", "",
+        f"{len(train)} accepted traces from `{args.accepted}`, {args.minutes:g} min per setting, "
+        f"{meta['threads']} threads, load {meta['load_avg'][0]:.1f}. Scored teacher-forced on 200 test tasks.", "",
+        "| setting | lr | batch | hidden | heads | steps | token acc | copy acc |",
+        "|---|---|---|---|---|---|---|---|", *rows, ""]))
+
+
+if __name__ == "__main__":
+    main()
