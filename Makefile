@@ -40,7 +40,7 @@ chromium:
 	    || echo "warning: could not install chromium; browser tests will be skipped"; }
 
 demo: install
-	$(PY) -m livethink.demo_job $(if $(filter 1,$(QUICK)),--quick,)
+	$(PY) -m livethink.demo_job $(if $(filter 1,$(QUICK)),--quick,) $(DEMO_ARGS)
 
 test: install chromium
 	$(PY) -m ruff check livethink apps tests benchmarks
