@@ -34,12 +34,13 @@ class Settings:
     eval_limit: int
     grpo_steps: int
     sim_requests: int
+    latency_probes: int = 16  # eval: one-at-a-time latency probes per model
     variant: str = "drpo"  # the compressed arm (the experiment configs/ab/drpo_vs_rft.yaml names it)
 
     @classmethod
     def make(cls, quick: bool, workdir: Path) -> Settings:
         if quick:
-            return cls(workdir / "artifacts/quick", workdir / "runs/quick", 1000, 100, 300, 1.0, 50, 4, 40)
+            return cls(workdir / "artifacts/quick", workdir / "runs/quick", 1000, 100, 300, 1.0, 30, 4, 40, 4)
         return cls(workdir / "artifacts/tiny", workdir / "runs/tiny", 5000, 500, 5000, 2.5, 200, 40, 200)
 
     @property
@@ -109,7 +110,8 @@ STEPS: list[Step] = [
         lambda s: _livethink("eval", "--model", str(s.rft / "final"), "--name", "rft-student",
                              "--model", str(s.compressed / "final"), "--name", f"{s.variant}-student",
                              "--teacher", "scripted", "--data", str(s.data), "--split", "test",
-                             "--limit", str(s.eval_limit), "--out", str(s.runs / "eval")),
+                             "--limit", str(s.eval_limit), "--latency-probes", str(s.latency_probes),
+                             "--out", str(s.runs / "eval")),
         lambda s: f"report {s.runs / 'eval' / 'eval.md'}",
     ),
 ]
