@@ -1,16 +1,20 @@
 """How fast does the from-scratch tiny student learn to copy facts from its prompt? A wall-clock-matched SFT sweep.
 
     .venv/bin/python benchmarks/sft_copy_sweep.py --accepted runs/tiny/rft/accepted.jsonl [--minutes 4]
-        [--only base,lr4e-3]
+        [--only adamw_cosine,muon_wsd,muon_wsd_grounded4]
 
 The stage-1 student fails when it writes facts from its training prior instead of the product docs in its
 prompt (see README, "Stage 1"). Each setting trains a fresh student for the same wall time on the accepted
-traces (completion-only loss + router aux loss, AdamW, warm-up then cosine) and is scored teacher-forced on the
-error-free scripted teacher's traces for the first 200 test tasks (unseen products):
+traces (completion-only loss + router aux loss; AdamW or Muon; warm-up then cosine or warmup-stable-decay;
+optionally a larger loss weight on tokens copied from the prompt) and is scored teacher-forced on the error-free
+scripted teacher's traces for the first 200 test tasks (unseen products):
 
 - ``token_acc``: next-token accuracy over the completion;
 - ``copy_acc``: the same over completion tokens that occur in the prompt and are not among the 300 most common
-  completion tokens: product names, colours, materials (digits are too common to count).
+  completion tokens: product names, colours, materials (digits are too common to count);
+- key lookups, the first token after ``Product:`` (the brand, looked up in the question), ``Stock:``
+  (the colour), the stock count, ``Unit price:`` (first digit, from the product's doc) and ``Answer:``. The
+  student learns each of them in a sudden "phase transition"; a setting is better when they come sooner.
 
 A short diagnostic loop, not the product's trainer (``livethink rft`` uses TRL's SFTTrainer): it exists to pick
 the stage-1 settings. Writes ``benchmarks/results/sft_copy_sweep.{json,md}``.
@@ -25,6 +29,7 @@ import math
 import os
 import platform
 import random
+import re
 import time
 from pathlib import Path
 
@@ -34,14 +39,21 @@ from livethink.data.io import read_tasks
 from livethink.data.prompt import build_messages
 from livethink.models.student import StudentConfig, create_student
 from livethink.models.tokenizer import load_tokenizer
+from livethink.rft_distill.muon import MuonAdamW
 from livethink.rft_distill.teachers.base import SamplingConfig
 from livethink.rft_distill.teachers.scripted import ScriptedTeacher
+from livethink.rft_distill.token_weights import grounded_token_weights, instruction_token_ids
 
 ROOT = Path(__file__).resolve().parents[1]
 Pair = tuple[list[int], list[int]]  # prompt ids, completion ids
+KEYS = {"product": r"\nProduct: (\S+)", "stock_colour": r"\nStock: (\S+)", "stock_count": r"\nStock: [^\n]*?: (\d+|sold)",
+        "unit_price": r"\nUnit price: (\d)", "answer": r"\nAnswer: (\S)"}
 
 # name -> overrides of BASE
 SETTINGS: dict[str, dict] = {
+    "adamw_cosine": {"lr": 4e-3},  # the stage-1 recipe until session 3
+    "muon_wsd": {"lr": 4e-3, "muon": True, "schedule": "wsd"},
+    "muon_wsd_grounded4": {"lr": 4e-3, "muon": True, "schedule": "wsd", "grounded_weight": 4.0},  # configs/tiny/rft.yaml
     "base": {},
     "lr4e-3": {"lr": 4e-3},
     "lr8e-3": {"lr": 8e-3},
@@ -51,13 +63,32 @@ SETTINGS: dict[str, dict] = {
     "hidden192": {"lr": 4e-3, "hidden": 192, "heads": 6, "moe": 384},
 }
 BASE = {"hidden": 128, "layers": 4, "heads": 4, "kv_heads": 2, "moe": 256, "lr": 2e-3, "batch": 16,
-        "prompt_loss_weight": 0.0, "warmup_steps": 30, "aux": 0.01}
+        "prompt_loss_weight": 0.0, "warmup_steps": 30, "aux": 0.01, "muon": False, "schedule": "cosine",
+        "grounded_weight": 1.0, "decay_fraction": 0.25}
 
 
 def encode(tokenizer, task, completion: str, end_id: int) -> Pair:
     prompt = tokenizer.apply_chat_template(build_messages(task), add_generation_prompt=True, tokenize=True,
                                            return_dict=True)["input_ids"]
     return list(prompt), tokenizer(completion, add_special_tokens=False).input_ids + [end_id]
+
+
+def key_positions(tokenizer, prompt_len: int, completion: str) -> list[tuple[str, int]]:
+    """(key, position in prompt+completion) of the first token of each key lookup in a completion."""
+    offsets = tokenizer(completion, add_special_tokens=False, return_offsets_mapping=True).offset_mapping
+    found = []
+    for key, pattern in KEYS.items():
+        for m in re.finditer(pattern, completion):
+            j = next(i for i, (a, b) in enumerate(offsets) if a <= m.start(1) < b or a >= m.start(1))
+            found.append((key, prompt_len + j))
+    return found
+
+
+def lr_factor(schedule: str, step: int, warmup: int, elapsed_fraction: float, decay_fraction: float) -> float:
+    warm = min(1.0, (step + 1) / warmup)
+    if schedule == "wsd":
+        return warm * min(1.0, max(0.0, (1.0 - elapsed_fraction) / decay_fraction))
+    return warm * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * elapsed_fraction)))
 
 
 def batchify(pairs: list[Pair], pad_id: int, prompt_weight: float):
@@ -74,14 +105,19 @@ def batchify(pairs: list[Pair], pad_id: int, prompt_weight: float):
 
 
 @torch.no_grad()
-def score(model, test: list[Pair], common: set[int], pad_id: int) -> dict[str, float]:
+def score(model, test: list[Pair], keys: list[list[tuple[str, int]]], common: set[int], pad_id: int) -> dict[str, float]:
     model.eval()
     tokens = hits = copy_tokens = copy_hits = 0
+    key_hits: collections.Counter = collections.Counter()
+    key_counts: collections.Counter = collections.Counter()
     for start in range(0, len(test), 25):
         chunk = test[start: start + 25]
         ids, attention, _ = batchify(chunk, pad_id, 0.0)
         pred = model(input_ids=ids, attention_mask=attention).logits[:, :-1].argmax(-1)
         for b, (p, c) in enumerate(chunk):
+            for key, pos in keys[start + b]:
+                key_counts[key] += 1
+                key_hits[key] += int(pred[b, pos - 1].item() == ids[b, pos].item())
             in_prompt = set(p)
             for j in range(len(p) - 1, len(p) + len(c) - 1):
                 target = ids[b, j + 1].item()
@@ -90,10 +126,11 @@ def score(model, test: list[Pair], common: set[int], pad_id: int) -> dict[str, f
                 if target in in_prompt and target not in common:
                     copy_tokens, copy_hits = copy_tokens + 1, copy_hits + hit
     model.train()
-    return {"token_acc": hits / tokens, "copy_acc": copy_hits / max(copy_tokens, 1)}
+    return {"token_acc": hits / tokens, "copy_acc": copy_hits / max(copy_tokens, 1),
+            **{f"key_{k}": key_hits[k] / key_counts[k] for k in KEYS if key_counts[k]}}
 
 
-def train_one(name: str, s: dict, train: list[Pair], test: list[Pair], common: set[int], tokenizer,
+def train_one(name: str, s: dict, train: list[Pair], test: list[Pair], keys: list, common: set[int], tokenizer,
               minutes: float) -> dict:
     torch.manual_seed(0)
     rng = random.Random(0)
@@ -101,7 +138,12 @@ def train_one(name: str, s: dict, train: list[Pair], test: list[Pair], common: s
                            num_key_value_heads=s["kv_heads"], head_dim=s["hidden"] // s["heads"],
                            moe_intermediate_size=s["moe"], router_aux_loss_coef=s["aux"])
     model = create_student(config, tokenizer)
-    optimizer = torch.optim.AdamW(model.parameters(), lr=s["lr"], weight_decay=0.01, betas=(0.9, 0.95))
+    if s["muon"]:
+        optimizer = MuonAdamW(model.named_parameters(), lr=s["lr"], weight_decay=0.01, betas=(0.9, 0.95))
+    else:
+        optimizer = torch.optim.AdamW(model.parameters(), lr=s["lr"], weight_decay=0.01, betas=(0.9, 0.95))
+    fixed_ids = instruction_token_ids(tokenizer)
+    curve = []
     order = sorted(range(len(train)), key=lambda i: len(train[i][0]) + len(train[i][1]))
     batches = [order[i: i + s["batch"]] for i in range(0, len(order), s["batch"])]
     budget, step, start = minutes * 60, 0, time.perf_counter()
@@ -111,11 +153,14 @@ def train_one(name: str, s: dict, train: list[Pair], test: list[Pair], common: s
             elapsed = time.perf_counter() - start
             if elapsed >= budget:
                 break
-            cosine = 0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * elapsed / budget))
+            factor = lr_factor(s["schedule"], step, s["warmup_steps"], elapsed / budget, s["decay_fraction"])
             for group in optimizer.param_groups:
-                group["lr"] = s["lr"] * min(1.0, (step + 1) / s["warmup_steps"]) * cosine
+                group["lr"] = s["lr"] * factor
             ids, attention, weights = batchify([train[i] for i in batch], tokenizer.pad_token_id,
                                                s["prompt_loss_weight"])
+            if s["grounded_weight"] != 1.0:
+                labels = torch.where(weights > 0, ids, torch.full_like(ids, -100))
+                weights = weights * grounded_token_weights(ids, labels, attention, fixed_ids, s["grounded_weight"])
             out = model(input_ids=ids, attention_mask=attention, output_router_logits=True)
             nll = torch.nn.functional.cross_entropy(out.logits[:, :-1].transpose(1, 2), ids[:, 1:], reduction="none")
             loss = (nll * weights[:, 1:]).sum() / weights[:, 1:].sum() + s["aux"] * out.aux_loss
@@ -124,8 +169,12 @@ def train_one(name: str, s: dict, train: list[Pair], test: list[Pair], common: s
             optimizer.step()
             optimizer.zero_grad()
             step += 1
+            if step % 100 == 0:
+                curve.append({"step": step, "s": round(time.perf_counter() - start),
+                              **score(model, test, keys, common, tokenizer.pad_token_id)})
+                print(json.dumps({"setting": name, **curve[-1]}), flush=True)
     result = {"setting": name, **s, "steps": step, "train_s": round(time.perf_counter() - start, 1),
-              **score(model, test, common, tokenizer.pad_token_id)}
+              **score(model, test, keys, common, tokenizer.pad_token_id), "curve": curve}
     print(json.dumps(result), flush=True)
     return result
 
@@ -152,23 +201,33 @@ def main() -> None:
     records = [json.loads(line) for line in args.accepted.open()]
     train = [encode(tokenizer, tasks[r["task_id"]], r["completion"], end_id) for r in records]
     teacher = ScriptedTeacher(error_rate=0.0)
-    test = [encode(tokenizer, t, teacher.sample(t, 0, SamplingConfig(temperature=0.0)).completion, end_id)
-            for t in read_tasks(args.data_dir / "test.jsonl")[:200]]
+    test, keys = [], []
+    for task in read_tasks(args.data_dir / "test.jsonl")[:200]:
+        completion = teacher.sample(task, 0, SamplingConfig(temperature=0.0)).completion
+        test.append(encode(tokenizer, task, completion, end_id))
+        keys.append(key_positions(tokenizer, len(test[-1][0]), completion))
     common = {tok for tok, _ in collections.Counter(x for _, c in train for x in c).most_common(300)}
 
-    results = [train_one(n, {**BASE, **SETTINGS[n]}, train, test, common, tokenizer, args.minutes) for n in names]
+    results = [train_one(n, {**BASE, **SETTINGS[n]}, train, test, keys, common, tokenizer, args.minutes) for n in names]
     meta = {"accepted": str(args.accepted), "train_sequences": len(train), "minutes_per_setting": args.minutes,
             "threads": torch.get_num_threads(), "load_avg": os.getloadavg(), "machine": platform.processor()}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "sft_copy_sweep.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
-    rows = [f"| {r['setting']} | {r['lr']:g} | {r['batch']} | {r['hidden']} | {r['heads']} | {r['steps']} | "
-            f"{r['token_acc']:.1%} | {r['copy_acc']:.1%} |" for r in results]
+    rows = [f"| {r['setting']} | {'Muon+AdamW' if r['muon'] else 'AdamW'} | {r['schedule']} | {r['grounded_weight']:g} | "
+            f"{r['lr']:g} | {r['batch']} | {r['hidden']} | {r['steps']} | {r['token_acc']:.1%} | {r['copy_acc']:.1%} | "
+            + " | ".join(f"{r.get('key_' + k, float('nan')):.0%}" for k in KEYS) + " |" for r in results]
+    first = [f"| {r['setting']} | " + " | ".join(
+        str(next((c["step"] for c in r["curve"] if c.get("key_" + k, 0) >= 0.9), "-")) for k in KEYS) + " |"
+        for r in results]
     (args.out / "sft_copy_sweep.md").write_text("\n".join([
         "# SFT copy sweep (tiny student, wall-clock matched)", "",
         f"{len(train)} accepted traces from `{args.accepted}`, {args.minutes:g} min per setting, "
         f"{meta['threads']} threads, load {meta['load_avg'][0]:.1f}. Scored teacher-forced on 200 test tasks.", "",
-        "| setting | lr | batch | hidden | heads | steps | token acc | copy acc |",
-        "|---|---|---|---|---|---|---|---|", *rows, ""]))
+        "| setting | optimizer | schedule | grounded weight | lr | batch | hidden | steps | token acc | copy acc | "
+        + " | ".join(f"{k} lookup" for k in KEYS) + " |",
+        "|---" * (10 + len(KEYS)) + "|", *rows, "",
+        "First step (of the 100-step checkpoints) at which each key lookup is >= 90% right (- = never):", "",
+        "| setting | " + " | ".join(KEYS) + " |", "|---" * (1 + len(KEYS)) + "|", *first, ""]))
 
 
 if __name__ == "__main__":

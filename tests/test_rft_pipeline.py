@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 
 import pytest
+import torch
 import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -53,6 +54,18 @@ def test_rft_produces_student_and_acceptance_report(rft_run):
     summary = json.loads((run / "rft_summary.json").read_text())
     assert summary["sampling"]["samples"] == 48
     assert "question kind" in first.stdout  # acceptance table printed
+
+
+def test_rft_trains_with_muon_and_a_wsd_schedule(rft_run):
+    """configs/tiny/rft.yaml: the checkpoint holds MuonAdamW's two halves; the LR warms up, then holds its peak
+    (a cosine schedule would already be decaying at step 3 of 3; WSD decays only over the last quarter)."""
+    tmp, _, _ = rft_run
+    checkpoint = tmp / "run" / "checkpoint-3"
+    optimizer = torch.load(checkpoint / "optimizer.pt", weights_only=False)
+    assert set(optimizer) == {"muon", "adamw"} and optimizer["muon"]["state"] and optimizer["adamw"]["state"]
+    lrs = [e["learning_rate"] for e in json.loads((checkpoint / "trainer_state.json").read_text())["log_history"]
+           if "learning_rate" in e]
+    assert lrs == pytest.approx([0.0, 4e-3, 4e-3]), lrs
 
 
 def test_rft_rerun_reuses_samples_and_student(rft_run):

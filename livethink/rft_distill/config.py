@@ -45,6 +45,10 @@ class RFTConfig(SFTConfig):
     student_config: str = field(default="configs/tiny/student.yaml", metadata={"help": "student YAML (architecture, or a pretrained dir + LoRA)"})
     tokenizer_dir: str | None = field(default="artifacts/tiny/tokenizer", metadata={"help": "tokenizer dir for a from-scratch student (trained on the data if missing)"})
     tokenizer_vocab_size: int = field(default=4096)
+    # optimizer
+    muon: bool = field(default=False, metadata={"help": "Muon on the hidden 2-D matrices, AdamW (adam_* options) on the rest; one learning_rate"})
+    muon_momentum: float = field(default=0.95, metadata={"help": "Muon's Nesterov momentum"})
+    grounded_token_weight: float = field(default=1.0, metadata={"help": "loss weight of completion tokens that also occur in the prompt's docs, history or question (1 = plain SFT)"})
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -54,6 +58,10 @@ class RFTConfig(SFTConfig):
             raise ValueError(f"selection must be one of {SELECTION_POLICIES}, got {self.selection!r}")
         if self.judge not in ("rubric", "llm"):
             raise ValueError(f"judge must be 'rubric' or 'llm', got {self.judge!r}")
+        if not 0.0 <= self.muon_momentum < 1.0:
+            raise ValueError(f"muon_momentum must be in [0, 1), got {self.muon_momentum}")
+        if self.grounded_token_weight <= 0:
+            raise ValueError(f"grounded_token_weight must be > 0, got {self.grounded_token_weight}")
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
         if self.teacher == "openai" and not self.teacher_base_url:

@@ -1,0 +1,59 @@
+"""StudentSFTTrainer (real TRL SFTTrainer subclass): the grounded-token loss agrees with TRL's at weight 1 and
+up-weights copied facts above it; Muon is the optimizer when asked."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from livethink.models.student import StudentConfig, create_student
+from livethink.models.tokenizer import corpus_from_tasks, train_tokenizer
+from livethink.rft_distill.acceptance import JudgedSample
+from livethink.rft_distill.config import RFTConfig
+from livethink.rft_distill.muon import MuonAdamW
+from livethink.rft_distill.sft import StudentSFTTrainer, sft_dataset
+from livethink.rft_distill.teachers.base import SamplingConfig
+from livethink.rft_distill.teachers.scripted import ScriptedTeacher
+
+
+@pytest.fixture(scope="module")
+def trainer_and_batch(liveshop_small, tmp_path_factory):
+    tasks = liveshop_small.tasks["train"][:8]
+    tokenizer = train_tokenizer(corpus_from_tasks(liveshop_small.tasks["train"]), vocab_size=600)
+    teacher = ScriptedTeacher(error_rate=0.0)
+    selected = [JudgedSample(t.id, 0, teacher.sample(t, 0, SamplingConfig(temperature=0.0)).completion, True, True)
+                for t in tasks]
+    dataset = sft_dataset(selected, {t.id: t for t in tasks})
+    config = StudentConfig(num_hidden_layers=1, hidden_size=64, head_dim=16, moe_intermediate_size=64, num_experts=4)
+    args = RFTConfig(output_dir=str(tmp_path_factory.mktemp("sft")), per_device_train_batch_size=4, use_cpu=True,
+                     report_to="none", muon=True, grounded_token_weight=4.0, max_length=1024,
+                     router_aux_loss_coef=0.01)
+    trainer = StudentSFTTrainer(model=create_student(config, tokenizer), args=args, train_dataset=dataset,
+                                processing_class=tokenizer)
+    batch = next(iter(trainer.get_train_dataloader()))
+    return trainer, batch
+
+
+def test_grounded_loss_at_weight_one_equals_trl_loss(trainer_and_batch):
+    trainer, batch = trainer_and_batch
+    trainer.model.train()
+    torch.manual_seed(0)
+    trl_loss = StudentSFTTrainer.__mro__[1].compute_loss(trainer, trainer.model, dict(batch))
+    ours, _ = trainer.grounded_loss(trainer.model, dict(batch), weight=1.0)
+    assert ours.item() == pytest.approx(trl_loss.item(), rel=1e-4)
+    assert trainer.aux_loss_enabled  # the MoE load-balancing term is part of both
+
+
+def test_grounded_weight_changes_the_loss_and_is_used_in_training(trainer_and_batch):
+    trainer, batch = trainer_and_batch
+    trainer.model.train()
+    plain, _ = trainer.grounded_loss(trainer.model, dict(batch), weight=1.0)
+    heavy, _ = trainer.grounded_loss(trainer.model, dict(batch), weight=4.0)
+    used = trainer.compute_loss(trainer.model, dict(batch))
+    assert heavy.item() != pytest.approx(plain.item(), rel=1e-3)
+    assert used.item() == pytest.approx(heavy.item(), rel=1e-5)
+
+
+def test_muon_optimizer_is_created(trainer_and_batch):
+    trainer, _ = trainer_and_batch
+    assert isinstance(trainer.create_optimizer(), MuonAdamW)
