@@ -14,6 +14,7 @@ from livethink.rft_distill.muon import MuonAdamW
 from livethink.rft_distill.sft import StudentSFTTrainer, sft_dataset
 from livethink.rft_distill.teachers.base import SamplingConfig
 from livethink.rft_distill.teachers.scripted import ScriptedTeacher
+from livethink.rft_distill.token_weights import grounded_token_weights, instruction_token_ids
 
 
 @pytest.fixture(scope="module")
@@ -47,11 +48,15 @@ def test_grounded_loss_at_weight_one_equals_trl_loss(trainer_and_batch):
 def test_grounded_weight_changes_the_loss_and_is_used_in_training(trainer_and_batch):
     trainer, batch = trainer_and_batch
     trainer.model.train()
+    weights = grounded_token_weights(batch["input_ids"], batch["labels"], batch["attention_mask"],
+                                     instruction_token_ids(trainer.processing_class), 4.0)
+    trained = batch["labels"] != -100
+    assert 0 < (weights[trained] == 4.0).float().mean() < 1  # some completion tokens are copied facts, not all
     plain, _ = trainer.grounded_loss(trainer.model, dict(batch), weight=1.0)
     heavy, _ = trainer.grounded_loss(trainer.model, dict(batch), weight=4.0)
     used = trainer.compute_loss(trainer.model, dict(batch))
-    assert heavy.item() != pytest.approx(plain.item(), rel=1e-3)
-    assert used.item() == pytest.approx(heavy.item(), rel=1e-5)
+    assert heavy.item() != pytest.approx(plain.item(), rel=1e-6, abs=0)
+    assert used.item() == pytest.approx(heavy.item(), rel=1e-6)
 
 
 def test_muon_optimizer_is_created(trainer_and_batch):
