@@ -17,6 +17,7 @@ import json
 import os
 import platform
 import shlex
+import shutil
 import subprocess
 import sys
 import time
@@ -266,6 +267,8 @@ def parse(argv: list[str] | None):
     p.add_argument("--timing-steps", type=int, default=3, help="GRPO steps timed with transformers rollouts (0 = skip)")
     p.add_argument("--threads", type=int, default=1, help="torch/OpenMP threads per process (1 on a shared box)")
     p.add_argument("--runs-dir", default="runs/tiny/bench")
+    p.add_argument("--resume", action="store_true",
+                   help="resume/reuse the variant runs in --runs-dir (default: train each variant afresh)")
     p.add_argument("--out", default="benchmarks/results")
     p.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more `livethink grpo` options, last")
     # internal: evaluate one model in a subprocess
@@ -308,6 +311,8 @@ def main(argv: list[str] | None = None) -> int:
     rows: list[dict[str, Any]] = []
     for variant in variants:
         out_dir = runs / variant
+        if not args.resume:  # a finished run from an older RFT student would otherwise be reused as is
+            shutil.rmtree(out_dir, ignore_errors=True)
         wall = run(grpo_cmd(args, variant, out_dir, args.steps, args.rollouts), out_dir / "train.log", env)
         summary = train_summary(read_metrics(out_dir))
         print(f"[{(time.perf_counter() - start) / 60:5.1f} min] trained {variant}: {wall / 60:.1f} min, "
@@ -323,8 +328,6 @@ def main(argv: list[str] | None = None) -> int:
 
     timing: dict[str, Any] = {}
     if args.timing_steps:
-        import shutil
-
         for engine in ("transformers", "vllm"):
             if engine == args.rollouts and "baseline" in variants:
                 rs, label = read_metrics(runs / "baseline")[: args.timing_steps], f"{engine} (first steps of the baseline run)"

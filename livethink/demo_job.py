@@ -40,7 +40,7 @@ class Settings:
     @classmethod
     def make(cls, quick: bool, workdir: Path) -> Settings:
         if quick:
-            return cls(workdir / "artifacts/quick", workdir / "runs/quick", 1000, 100, 300, 1.0, 30, 4, 40, 4)
+            return cls(workdir / "artifacts/quick", workdir / "runs/quick", 1000, 100, 300, 1.0, 20, 3, 40, 4)
         return cls(workdir / "artifacts/tiny", workdir / "runs/tiny", 5000, 500, 5000, 2.5, 200, 40, 200)
 
     @property
