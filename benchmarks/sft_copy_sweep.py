@@ -179,6 +179,26 @@ def train_one(name: str, s: dict, train: list[Pair], test: list[Pair], keys: lis
     return result
 
 
+def render_markdown(meta: dict, results: list[dict]) -> str:
+    """The Markdown report: final scores per setting, and the first checkpoint at which each lookup is >= 90%."""
+    rows = [f"| {r['setting']} | {'Muon+AdamW' if r['muon'] else 'AdamW'} | {r['schedule']} | {r['grounded_weight']:g} | "
+            f"{r['lr']:g} | {r['batch']} | {r['hidden']} | {r['steps']} | {r['token_acc']:.1%} | {r['copy_acc']:.1%} | "
+            + " | ".join(f"{r.get('key_' + k, float('nan')):.0%}" for k in KEYS) + " |" for r in results]
+    first = [f"| {r['setting']} | " + " | ".join(
+        str(next((c["step"] for c in [*r["curve"], {**r, "step": r["steps"]}] if c.get("key_" + k, 0) >= 0.9), "-"))
+        for k in KEYS) + " |"
+        for r in results]
+    return "\n".join([
+        "# SFT copy sweep (tiny student, wall-clock matched)", "",
+        f"{meta['train_sequences']} accepted traces from `{meta['accepted']}`, {meta['minutes_per_setting']:g} min per "
+        f"setting, {meta['threads']} threads, load {meta['load_avg'][0]:.1f}. Scored teacher-forced on 200 test tasks.", "",
+        "| setting | optimizer | schedule | grounded weight | lr | batch | hidden | steps | token acc | copy acc | "
+        + " | ".join(f"{k} lookup" for k in KEYS) + " |",
+        "|---" * (10 + len(KEYS)) + "|", *rows, "",
+        "First step (100-step checkpoints, then the last step) at which each key lookup is >= 90% right (- = never):",
+        "", "| setting | " + " | ".join(KEYS) + " |", "|---" * (1 + len(KEYS)) + "|", *first, ""])
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--accepted", type=Path, default=ROOT / "runs/tiny/rft/accepted.jsonl")
@@ -187,7 +207,12 @@ def main() -> None:
     ap.add_argument("--minutes", type=float, default=4.0, help="wall-clock training budget per setting")
     ap.add_argument("--only", default=",".join(SETTINGS), help="comma-separated setting names")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks/results")
+    ap.add_argument("--render-only", action="store_true", help="rewrite the Markdown from the existing JSON")
     args = ap.parse_args()
+    if args.render_only:
+        saved = json.loads((args.out / "sft_copy_sweep.json").read_text())
+        (args.out / "sft_copy_sweep.md").write_text(render_markdown(saved["meta"], saved["results"]))
+        return
     names = [n for n in args.only.split(",") if n]
     unknown = [n for n in names if n not in SETTINGS]
     if unknown:
@@ -213,21 +238,7 @@ def main() -> None:
             "threads": torch.get_num_threads(), "load_avg": os.getloadavg(), "machine": platform.processor()}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "sft_copy_sweep.json").write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
-    rows = [f"| {r['setting']} | {'Muon+AdamW' if r['muon'] else 'AdamW'} | {r['schedule']} | {r['grounded_weight']:g} | "
-            f"{r['lr']:g} | {r['batch']} | {r['hidden']} | {r['steps']} | {r['token_acc']:.1%} | {r['copy_acc']:.1%} | "
-            + " | ".join(f"{r.get('key_' + k, float('nan')):.0%}" for k in KEYS) + " |" for r in results]
-    first = [f"| {r['setting']} | " + " | ".join(
-        str(next((c["step"] for c in r["curve"] if c.get("key_" + k, 0) >= 0.9), "-")) for k in KEYS) + " |"
-        for r in results]
-    (args.out / "sft_copy_sweep.md").write_text("\n".join([
-        "# SFT copy sweep (tiny student, wall-clock matched)", "",
-        f"{len(train)} accepted traces from `{args.accepted}`, {args.minutes:g} min per setting, "
-        f"{meta['threads']} threads, load {meta['load_avg'][0]:.1f}. Scored teacher-forced on 200 test tasks.", "",
-        "| setting | optimizer | schedule | grounded weight | lr | batch | hidden | steps | token acc | copy acc | "
-        + " | ".join(f"{k} lookup" for k in KEYS) + " |",
-        "|---" * (10 + len(KEYS)) + "|", *rows, "",
-        "First step (of the 100-step checkpoints) at which each key lookup is >= 90% right (- = never):", "",
-        "| setting | " + " | ".join(KEYS) + " |", "|---" * (1 + len(KEYS)) + "|", *first, ""]))
+    (args.out / "sft_copy_sweep.md").write_text(render_markdown(meta, results))
 
 
 if __name__ == "__main__":
