@@ -55,7 +55,6 @@ SETTINGS: dict[str, dict] = {
     "muon_wsd": {"lr": 4e-3, "muon": True, "schedule": "wsd"},
     "muon_wsd_grounded4": {"lr": 4e-3, "muon": True, "schedule": "wsd", "grounded_weight": 4.0},  # configs/tiny/rft.yaml
     "base": {},
-    "lr4e-3": {"lr": 4e-3},
     "lr8e-3": {"lr": 8e-3},
     "full_seq_loss": {"prompt_loss_weight": 1.0},
     "batch8": {"batch": 8, "lr": 1.5e-3},

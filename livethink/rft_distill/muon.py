@@ -5,8 +5,8 @@ Newton-Schulz iteration. It only applies to 2-D matrices inside the network, so 
 biases and the 3-D stacked MoE expert weights stay on AdamW. With ``adjust_lr_fn="match_rms_adamw"`` Muon's
 update has AdamW's RMS, so both halves share one learning rate and one schedule.
 
-On the from-scratch tiny student it learns to copy facts from the prompt about twice as fast per step as AdamW
-(``benchmarks/sft_copy_sweep.py``).
+On the from-scratch tiny student it raises teacher-forced copy accuracy at equal wall time (63% -> 67% in
+5 min, ``benchmarks/sft_copy_sweep.py``) and, with a warmup-stable-decay schedule, lifts stage-1 correctness.
 """
 
 from __future__ import annotations
@@ -50,7 +50,7 @@ class MuonAdamW(torch.optim.Optimizer):
             raise ValueError("MuonAdamW got no trainable parameters")
 
         def groups(use_muon: bool) -> list[dict]:
-            return [{"params": params, "weight_decay": weight_decay if decays else 0.0, "use_muon": use_muon}
+            return [{"params": params, "weight_decay": weight_decay if decays else 0.0}
                     for (muon, decays), params in sorted(buckets.items()) if muon == use_muon]
 
         muon_groups, adamw_groups = groups(True), groups(False)
