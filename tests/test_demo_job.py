@@ -1,0 +1,38 @@
+"""`make demo`'s job runner: quick settings, step commands and the reuse of finished artifacts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from livethink.demo_job import STEPS, Settings, main
+
+
+def _step(name: str):
+    return next(step for step in STEPS if step.name == name)
+
+
+def _option(command: list[str], flag: str) -> str:
+    return command[command.index(flag) + 1]
+
+
+def test_quick_mode_evaluates_with_transformers_and_shorter_caps(tmp_path: Path) -> None:
+    quick, full = Settings.make(True, tmp_path), Settings.make(False, tmp_path)
+    eval_quick, eval_full = _step("eval").command(quick), _step("eval").command(full)
+    assert (_option(eval_quick, "--engine"), _option(eval_quick, "--max-tokens")) == ("transformers", "256")
+    assert (_option(eval_full, "--engine"), _option(eval_full, "--max-tokens")) == ("vllm", "768")
+    assert _option(_step("compress").command(quick), "--max_completion_length") == "192"
+    assert _option(_step("compress").command(full), "--max_completion_length") == "384"
+    assert quick.runs != full.runs  # quick never overwrites (or reuses) the full run's artifacts
+
+
+def test_data_step_runs_once_then_is_reused(tmp_path: Path, capsys) -> None:
+    assert main(["--quick", "--workdir", str(tmp_path), "--only", "data"]) == 0
+    manifest = tmp_path / "artifacts/quick/data/manifest.json"
+    assert json.loads(manifest.read_text())["counts"] == {"train": 1000, "validation": 100, "test": 100}
+    first = manifest.stat().st_mtime_ns
+    capsys.readouterr()
+
+    assert main(["--quick", "--workdir", str(tmp_path), "--only", "data"]) == 0
+    assert "data: reusing finished artifacts" in capsys.readouterr().out
+    assert manifest.stat().st_mtime_ns == first
