@@ -6,10 +6,13 @@ from __future__ import annotations
 
 import json
 import re
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 from serve_fixtures import (
+    LIVE_BODY,
     ServerThread,
     SlowEngine,
     engine_set,
@@ -54,7 +57,9 @@ def server(tmp_path_factory):
     config = make_config(
         tiny_student_dir(), experiment={"file": str(tmp / "exp.yaml"), "store": str(tmp / "ab.db")}
     )
-    srv = ServerThread(create_app(config, engine_set(SlowEngine(tokenizer, token_s=0.001), capacity=2)))
+    engine = SlowEngine(tokenizer, token_s=0.001)
+    srv = ServerThread(create_app(config, engine_set(engine, capacity=2)))
+    srv.engine = engine
     yield srv
     srv.close()
 
@@ -197,8 +202,21 @@ def test_ask_reports_bad_input_and_server_down():
 
 
 def test_ask_budget_too_small_is_a_429_message(server):
-    client = LivethinkClient(server.url)
-    out = _final(live.ask(client, {}, DOCS[0].text, "q?", "", "v", live.MODES[0], "x", "y", 1, True))
+    """A busy engine refuses a deadline it cannot meet (an idle one always admits a probe, see controller.plan)."""
+    engine, client = server.engine, LivethinkClient(server.url)
+    engine.token_s = 0.05  # a slow request keeps the engine busy while the 1 ms one arrives
+    with ThreadPoolExecutor(1) as pool:
+        busy = pool.submit(httpx.post, f"{server.url}/v1/livestream/reply", json={**LIVE_BODY, "deadline_ms": 5000},
+                           timeout=30)
+        try:
+            deadline = time.monotonic() + 10
+            while not engine.active and time.monotonic() < deadline:
+                time.sleep(0.01)
+            assert engine.active, "the slow request never started"
+            out = _final(live.ask(client, {}, DOCS[0].text, "q?", "", "v", live.MODES[0], "x", "y", 1, True))
+        finally:
+            engine.token_s = 0.001
+        assert busy.result().status_code == 200
     assert "Server busy (429)" in out[1] and "raise the latency budget" in out[1]
 
 
