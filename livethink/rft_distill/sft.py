@@ -19,7 +19,12 @@ from livethink.data.prompt import build_messages
 from livethink.data.schema import Task
 from livethink.rft_distill.acceptance import JudgedSample
 from livethink.rft_distill.muon import MuonAdamW
-from livethink.rft_distill.token_weights import grounded_token_weights, instruction_token_ids, weighted_nll
+from livethink.rft_distill.token_weights import (
+    IGNORE_INDEX,
+    grounded_token_weights,
+    instruction_token_ids,
+    weighted_nll,
+)
 
 
 def sft_rows(selected: Iterable[JudgedSample], tasks: Mapping[str, Task]) -> list[dict]:
@@ -78,7 +83,7 @@ class StudentSFTTrainer(SFTTrainer):
         total, weight_sum = weighted_nll(outputs.logits, labels, weights)
         loss = total / weight_sum.clamp(min=1e-8)
         if num_items_in_batch is not None:  # this micro-batch's share of the accumulated tokens, as TRL normalises
-            loss = loss * (labels[:, 1:] != -100).sum() / torch.as_tensor(num_items_in_batch).clamp(min=1)
+            loss = loss * (labels[:, 1:] != IGNORE_INDEX).sum() / torch.as_tensor(num_items_in_batch).clamp(min=1)
         if self.aux_loss_enabled and outputs.aux_loss is not None:
             steps = self.current_gradient_accumulation_steps if num_items_in_batch is not None else 1
             loss = loss + self.router_aux_loss_coef * outputs.aux_loss / steps
@@ -102,7 +107,7 @@ class StudentSFTTrainer(SFTTrainer):
 def train_sft(model, tokenizer, dataset: Dataset, args: SFTConfig, peft_config=None) -> SFTTrainer:
     """Fine-tune; resumes from the newest checkpoint in ``args.output_dir`` if there is one."""
     trainer = StudentSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
-                         peft_config=peft_config)
+                                peft_config=peft_config)
     last = get_last_checkpoint(args.output_dir) if Path(args.output_dir).is_dir() else None
     trainer.train(resume_from_checkpoint=last)
     return trainer
