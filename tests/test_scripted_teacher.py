@@ -8,7 +8,7 @@ import statistics
 import pytest
 from test_rewards_fixtures import PRICE_TWO
 
-from livethink.data.schema import HelpfulFact, ProductDoc, Reference, Task
+from livethink.data.schema import HelpfulFact, ProductDoc, Reference, Task, Turn
 from livethink.rewards import RubricJudge
 from livethink.rewards.correctness import unsupported_numbers
 from livethink.rft_distill.teachers import (
@@ -144,3 +144,42 @@ def test_unknown_doc_format_falls_back_to_the_reference():
     )
     sample = next(ScriptedTeacher(error_rate=0.0).generate([task], 1, SamplingConfig()))[0]
     assert sample.meta["fallback"] is True and JUDGE.score(task, sample.completion).accepted
+
+
+DRESS = ProductDoc(
+    product_id="D1", title="Cobalt Signature Dress",
+    text="[D1] Cobalt Signature Dress (dress)\nPrice: $120.90, livestream discount 25% off (now $90.68).\n"
+         "Coupon: $5 off orders of $50 or more.\nBundle: buy 2 or more and get an extra 10% off.\n"
+         "Stock: navy M: 4 left; black S: sold out.\nShipping: ships in 4 days.\nReturns: free returns within 30 days.",
+)
+
+
+def test_prices_start_from_the_stated_discounted_price_and_round_half_up():
+    # 120.90 x 0.75 = 90.675: the doc (and the till) say 90.68; float rounding gave 90.67 and a wrong total
+    task = Task(id="half-cent", split="train", product_docs=(DRESS,), question="How much for 3 Cobalt Signature Dress?",
+                reference=Reference(kind="number", value=239.84, unit="usd"), kind="price", difficulty=3)
+    assert minimal_trace(task).splitlines()[1:5] == [
+        "Unit price: 120.90 × 0.75 = 90.68.",
+        "Subtotal: 90.68 × 3 = 272.04.",
+        "Bundle: 3 ≥ 2, 272.04 × 0.90 = 244.84.",
+        "Coupon: 244.84 ≥ 50.00, 244.84 − 5.00 = 239.84.",
+    ]
+    sample = ScriptedTeacher(error_rate=0.0).sample(task, 0, SamplingConfig())
+    assert sample.meta["fallback"] is False and JUDGE.score(task, sample.completion).correct
+
+
+def test_dialogue_price_applies_the_deals_like_a_price_question():
+    task = Task(id="dialogue-coupon", split="train", product_docs=(DRESS,), question="How much is the navy one?",
+                history=(Turn(role="viewer", content="Anything in navy?"),
+                         Turn(role="host", content="Yes! The Cobalt Signature Dress comes in navy.")),
+                reference=Reference(kind="number", value=85.68, unit="usd"), kind="dialogue_ref", difficulty=2)
+    trace = minimal_trace(task)
+    assert "Coupon: 90.68 ≥ 50.00, 90.68 − 5.00 = 85.68." in trace and "Answer: $85.68." in trace
+    assert ScriptedTeacher(error_rate=0.0).sample(task, 0, SamplingConfig()).meta["fallback"] is False
+
+
+def test_every_liveshop_task_gets_a_computed_trace(tasks):
+    """No LiveShop task falls back to the reference-answer shortcut: a fallback trace teaches the student nothing."""
+    teacher = ScriptedTeacher(error_rate=0.0)
+    fallbacks = [t.id for t in tasks if teacher.sample(t, 0, SamplingConfig()).meta["fallback"]]
+    assert fallbacks == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
+from livethink.data.liveshop.catalog import cents
 from livethink.data.schema import ProductDoc
 
 _HEADER = re.compile(r"^\[(?P<id>[^\]]+)\] (?P<title>.+) \((?P<category>[^)]+)\)$")
@@ -35,6 +36,7 @@ class Doc:
     category: str
     price: float
     discount_pct: int = 0
+    now_price: float | None = None  # the "(now $X)" the doc states, when discounted
     coupon: tuple[float, float] | None = None  # (amount off, threshold)
     bundle: tuple[int, int] | None = None  # (min quantity, extra %)
     material: str | None = None
@@ -49,8 +51,10 @@ class Doc:
 
     @property
     def sale_price(self) -> float:
-        """Same rounding as ``catalog.Product.sale_price``."""
-        return round(self.price * (100 - self.discount_pct) / 100, 2)
+        """The price now: the doc's "(now $X)" when it states one, else the list price less the discount."""
+        if self.now_price is not None:
+            return self.now_price
+        return cents(self.price * (100 - self.discount_pct) / 100)
 
     @property
     def short_name(self) -> str:
@@ -68,7 +72,7 @@ def parse_doc(doc: ProductDoc) -> Doc | None:
     if not header or not price:
         return None
     out = Doc(product_id=header["id"], title=header["title"], category=header["category"], price=_f(price["price"]),
-              discount_pct=int(price["pct"] or 0))
+              discount_pct=int(price["pct"] or 0), now_price=_f(price["now"]) if price["now"] else None)
     out.lines["price"] = lines[1]
     for line in lines[2:]:
         if m := _COUPON.match(line):

@@ -8,7 +8,8 @@ small student can learn to imitate::
     Subtotal: 31.50 × 2 = 63.00.
     Coupon: 63.00 < 150.00, not applied.
 
-The arithmetic is computed, not copied (same rounding as ``catalog.price_quote``). With ``fault=True`` the
+The arithmetic is computed, not copied, in decimal with the till's half-up rounding (as ``catalog.price_quote``),
+starting from the discounted price the doc states. With ``fault=True`` the
 planner injects one realistic mistake (a wrong arithmetic step, a skipped discount, a misapplied coupon, a
 misread line or product) and carries it through to a wrong answer.
 """
@@ -18,7 +19,9 @@ from __future__ import annotations
 import random
 import re
 from dataclasses import dataclass, field
+from decimal import Decimal
 
+from livethink.data.liveshop.catalog import cents
 from livethink.data.liveshop.questions import describe_answer
 from livethink.data.schema import Reference, Task
 from livethink.rft_distill.teachers.liveshop_docs import Doc, mentioned
@@ -40,6 +43,10 @@ class Plan:
     checks: list[str] = field(default_factory=list)  # computations / lines a double-check may repeat
     doubts: list[str] = field(default_factory=list)  # kind-specific second-guessing sentences
     fault: str | None = None  # the mistake injected, if any
+
+
+def _d(x: float) -> Decimal:
+    return Decimal(str(x))
 
 
 def n2(x: float) -> str:
@@ -79,13 +86,13 @@ def price_lines(
     def step(value: float) -> float:
         nonlocal steps
         if slip is not None and steps == slip[0]:
-            value = round(value + slip[1], 2)
+            value = cents(_d(value) + _d(slip[1]))
         steps += 1
         return value
 
     lines, checks = [f"Product: {p.title}. Quantity: {q}."], []
     if p.discount_pct and not skip_discount:
-        unit = step(round(p.price * (100 - p.discount_pct) / 100, 2))
+        unit = step(p.sale_price)
         checks.append(f"{n2(p.price)} × {mult(p.discount_pct)} = {n2(unit)}")
         lines.append(f"Unit price: {checks[-1]}.")
     else:
@@ -93,13 +100,13 @@ def price_lines(
         lines.append(f"Unit price: {n2(p.price)}." if p.discount_pct else f"Unit price: {n2(p.price)}, no discount.")
     total = unit
     if q > 1:
-        total = step(round(unit * q, 2))
+        total = step(cents(_d(unit) * q))
         checks.append(f"{n2(unit)} × {q} = {n2(total)}")
         lines.append(f"Subtotal: {checks[-1]}.")
     if p.bundle:
         min_q, pct = p.bundle
         if q >= min_q:
-            new = step(round(total * (100 - pct) / 100, 2))
+            new = step(cents(_d(total) * (100 - pct) / 100))
             checks.append(f"{n2(total)} × {mult(pct)} = {n2(new)}")
             lines.append(f"Bundle: {q} ≥ {min_q}, {checks[-1]}.")
             total = new
@@ -108,13 +115,13 @@ def price_lines(
     if p.coupon:
         amount, threshold = p.coupon
         if (total >= threshold) != flip_coupon:
-            new = step(max(0.0, round(total - amount, 2)))
+            new = step(max(0.0, cents(_d(total) - _d(amount))))
             checks.append(f"{n2(total)} − {n2(amount)} = {n2(new)}")
             lines.append(f"Coupon: {n2(total)} ≥ {n2(threshold)}, {checks[-1]}.")
             total = new
         else:
             lines.append(f"Coupon: {n2(total)} < {n2(threshold)}, not applied.")
-    return lines, checks, round(total, 2), steps
+    return lines, checks, cents(total), steps
 
 
 def plan_price(task: Task, docs: list[Doc], rng: random.Random, fault: bool) -> Plan:
@@ -142,7 +149,7 @@ def plan_price(task: Task, docs: list[Doc], rng: random.Random, fault: bool) -> 
             args = dict(flip_coupon=True)
         else:  # misread the price line: one digit off
             args = dict()
-            wrong = Doc(**{**p.__dict__, "price": round(p.price + rng.choice((1.0, 10.0)), 2)})
+            wrong = Doc(**{**p.__dict__, "price": round(p.price + rng.choice((1.0, 10.0)), 2), "now_price": None})
             bad_lines, bad_checks, bad_total, _ = price_lines(wrong, q)
             if bad_total != total:
                 return Plan(bad_lines, say(bad_total, "usd"), p, plan.used, bad_checks, doubts, "misread")
@@ -306,32 +313,25 @@ def plan_dialogue(task: Task, docs: list[Doc], rng: random.Random, fault: bool) 
     doubts = [f'"The {colour} one" can only mean the {p.title}: the host named it for {colour}.']
     q = task.question.lower()
     asks_price = "price" in q or "how much" in q
+    if not asks_price and "ship" not in q:
+        raise PlanError(f"dialogue question not understood: {task.question!r}")
+    value = (lambda d: price_lines(d, 1)[2]) if asks_price else (lambda d: d.shipping_days)
     if fault:  # misread the reference: the other product, when that changes the answer
-        value = (lambda d: d.sale_price) if asks_price else (lambda d: d.shipping_days)
         others = [d for d in others if value(d) != value(p)]
         if others:
             p = others[0]
+    misread_digit = fault and not others  # nothing to confuse it with: misread a digit
     lines = [f"History: the host said the {p.title} comes in {colour}.", f"Product: {p.title}."]
-    if asks_price:
-        line = (f"Unit price: {n2(p.price)} × {mult(p.discount_pct)} = {n2(p.sale_price)}." if p.discount_pct
-                else f"Unit price: {n2(p.price)}, no discount.")
-        answer, used = say(p.sale_price, "usd"), {"price"}
-    elif "ship" in q:
-        line, answer, used = f"Shipping: ships in {p.shipping_days} days.", say(p.shipping_days, "days"), {"shipping"}
+    if asks_price:  # what one would cost: the livestream discount, then any deal that applies (as for price)
+        body, checks, total, _ = price_lines(p, 1, slip=(0, 1.0) if misread_digit else None)
+        lines += body[1:]
+        answer, used = say(total, "usd"), {"price", "coupon", "bundle"}
     else:
-        raise PlanError(f"dialogue question not understood: {task.question!r}")
-    lines.append(line)
-    plan = Plan(lines, answer, p, used, [line], doubts, "misread" if fault else None)
-    if fault and not others:  # nothing to confuse it with: misread a digit
-        plan.fault = "misread"
-        if "price" in used:
-            wrong = round(p.sale_price + 1.0, 2)
-            plan.lines[-1] = plan.checks[0] = line.replace(n2(p.sale_price), n2(wrong))
-            plan.answer = say(wrong, "usd")
-        else:
-            plan.lines[-1] = plan.checks[0] = f"Shipping: ships in {p.shipping_days + 1} days."
-            plan.answer = say(p.shipping_days + 1, "days")
-    return plan
+        days = p.shipping_days + (1 if misread_digit else 0)
+        checks = [f"Shipping: ships in {days} days."]
+        lines += checks
+        answer, used = say(days, "days"), {"shipping"}
+    return Plan(lines, answer, p, used, checks, doubts, "misread" if fault else None)
 
 
 # ---------------------------------------------------------------- unanswerable
