@@ -183,3 +183,20 @@ def test_every_liveshop_task_gets_a_computed_trace(tasks):
     teacher = ScriptedTeacher(error_rate=0.0)
     fallbacks = [t.id for t in tasks if teacher.sample(t, 0, SamplingConfig()).meta["fallback"]]
     assert fallbacks == []
+
+
+def test_named_answers_are_spelled_in_the_reply_as_in_the_trace(tasks):
+    """A product, material or country answer follows a word in the reply, as it does after "Answer:" in the
+    trace, so BPE gives it the same tokens in both places and the student can copy it."""
+    teacher, checked = ScriptedTeacher(error_rate=0.0), 0
+    for task in tasks:
+        if task.reference.kind != "entity":
+            continue
+        sample = teacher.sample(task, 0, SamplingConfig())
+        answer = re.search(r"\nAnswer: (.+)\.\n", sample.reasoning).group(1)
+        assert not sample.reply.startswith(answer) and f" {answer}" in sample.reply.split(".")[0], sample.reply
+        checked += 1
+    assert checked >= 10
+    compare = next(t for t in tasks if t.kind == "comparison")
+    assert re.fullmatch(r"The .+ (is cheaper|ships faster|has the longer return window)\.",
+                        minimal_completion(compare).split("</think>\n\n")[1].split(". ")[0] + ".")

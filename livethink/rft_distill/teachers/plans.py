@@ -43,6 +43,16 @@ class Plan:
     checks: list[str] = field(default_factory=list)  # computations / lines a double-check may repeat
     doubts: list[str] = field(default_factory=list)  # kind-specific second-guessing sentences
     fault: str | None = None  # the mistake injected, if any
+    reply_lead: str | None = None  # the reply's first sentence when not just "{answer}." (see ``answer_sentence``)
+
+    def answer_sentence(self) -> str:
+        """The reply's first sentence: the answer, worded so its words are the trace's words.
+
+        A bare name or word would open the reply ("Sable Signature Backpack."), and BPE spells a word that
+        opens a text differently from the same word after a space: the student would have to learn a second
+        spelling of every brand and material instead of copying the ``Answer:`` line.
+        """
+        return self.reply_lead or f"{self.answer}."
 
 
 def _d(x: float) -> Decimal:
@@ -200,7 +210,8 @@ def plan_attribute(task: Task, docs: list[Doc], rng: random.Random, fault: bool)
     line = _line(p, field_)
     answer = say(value, unit) if unit else str(getattr(p, field_))
     doubts = [f"Let me make sure I have the right line and not a similar one. {line} Yes."]
-    plan = Plan([f"Product: {p.title}.", line], answer, p, {field_}, [line], doubts)
+    lead = {"material": "It's made of {}.", "origin": "It's made in {}."}.get(field_, "{}.")
+    plan = Plan([f"Product: {p.title}.", line], answer, p, {field_}, [line], doubts, reply_lead=lead.format(answer))
     if not fault:
         return plan
     if unit:  # read the neighbouring line (shipping <-> returns, warranty -> returns), else a digit off
@@ -214,7 +225,8 @@ def plan_attribute(task: Task, docs: list[Doc], rng: random.Random, fault: bool)
     alternatives = ALT_MATERIALS if field_ == "material" else ALT_ORIGINS
     wrong = _other_value(docs, p, field_, str(getattr(p, field_)), alternatives, rng)
     wrong_line = f"Material: {wrong}." if field_ == "material" else f"Made in {wrong}."
-    return Plan([plan.lines[0], wrong_line], wrong, p, {field_}, [wrong_line], doubts, "misread")
+    return Plan([plan.lines[0], wrong_line], wrong, p, {field_}, [wrong_line], doubts, "misread",
+                reply_lead=lead.format(wrong))
 
 
 # ---------------------------------------------------------------- availability
@@ -292,9 +304,11 @@ def plan_comparison(task: Task, docs: list[Doc], rng: random.Random, fault: bool
     lines.append(f"{fmt(values[winner])} {sign} {fmt(values[loser])}, so the {winner} {verb}.")
     doubts = [f"Wait, am I comparing the right thing? They asked which one {verb}, so I compare the {what}"
               + (", not the list price." if what == "price now" else ".")]
-    focus = a if winner == a.title else b
     used = {"price"} if what == "price now" else {"shipping"} if what == "shipping days" else {"returns"}
-    return Plan(lines, winner, focus, used, [lines[-1]], doubts, "misread" if fault else None)
+    # focus (what a detour reads about) is the product named first: a detour comes before the comparison, so
+    # it must not depend on the winner, which a student imitating the trace cannot know yet
+    return Plan(lines, winner, a, used, [lines[-1]], doubts, "misread" if fault else None,
+                reply_lead=f"The {winner} {verb}.")
 
 
 # ---------------------------------------------------------------- dialogue reference

@@ -138,7 +138,7 @@ def minimal_completion(task: Task) -> str:
     """``minimal_trace`` with its reply, in the completion layout."""
     plan, _ = _plan(task, parse_docs(task.product_docs), random.Random(0), fault=False)
     fact = task.helpful_facts[0] if task.helpful_facts else None
-    reply = f"{plan.answer}." + (f" {_fact_sentence(fact)}" if fact else "")
+    reply = plan.answer_sentence() + (f" {_fact_sentence(fact)}" if fact else "")
     return format_completion(minimal_trace(task), reply)
 
 
@@ -182,7 +182,7 @@ class ScriptedTeacher:
         if not drop_fact:
             fact = task.helpful_facts[0] if (t == 0 or rng.random() < 0.7) else rng.choice(task.helpful_facts)
         reasoning = self._trace(task, docs, plan, fact, rng, t)
-        reply = f"{plan.answer}." + (f" {_fact_sentence(fact)}" if fact else rng.choice(NO_FACT_ENDINGS))
+        reply = plan.answer_sentence() + (f" {_fact_sentence(fact)}" if fact else rng.choice(NO_FACT_ENDINGS))
         if hallucinate:
             reply += " " + _invented(task, rng)
         completion = format_completion(reasoning, reply)
