@@ -83,7 +83,7 @@ class Product:
 
     @property
     def sale_price(self) -> float:
-        return cents(Decimal(str(self.price)) * (100 - self.discount_pct) / 100)
+        return percent_off(self.price, self.discount_pct)
 
     def doc(self) -> ProductDoc:
         return ProductDoc(product_id=self.id, title=self.title, text=render_doc(self))
@@ -92,6 +92,11 @@ class Product:
 def cents(amount: Decimal | float) -> float:
     """Round to cents the way a till does (half up), in decimal so 177.555 becomes 177.56."""
     return float(Decimal(str(amount)).quantize(Decimal("0.01"), rounding=ROUND_HALF_UP))
+
+
+def percent_off(amount: Decimal | float, pct: int) -> float:
+    """``amount`` less ``pct``%, rounded to cents like ``cents`` (the livestream discount, a bundle's extra %)."""
+    return cents(Decimal(str(amount)) * (100 - pct) / 100)
 
 
 def money(amount: float) -> str:
@@ -167,7 +172,7 @@ def price_quote(p: Product, quantity: int) -> float:
     """Total to pay for ``quantity`` units: livestream discount, then bundle, then coupon (never below 0)."""
     subtotal = Decimal(str(p.sale_price)) * quantity
     if p.bundle and quantity >= p.bundle.min_quantity:
-        subtotal = Decimal(str(cents(subtotal * (100 - p.bundle.extra_pct) / 100)))
+        subtotal = Decimal(str(percent_off(subtotal, p.bundle.extra_pct)))
     if p.coupon and subtotal >= Decimal(str(p.coupon.threshold)):
         subtotal = max(Decimal(0), subtotal - Decimal(str(p.coupon.amount_off)))
     return cents(subtotal)

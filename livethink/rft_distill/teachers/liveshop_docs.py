@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass, field
 
-from livethink.data.liveshop.catalog import cents
+from livethink.data.liveshop.catalog import percent_off
 from livethink.data.schema import ProductDoc
 
 _HEADER = re.compile(r"^\[(?P<id>[^\]]+)\] (?P<title>.+) \((?P<category>[^)]+)\)$")
@@ -54,7 +54,7 @@ class Doc:
         """The price now: the doc's "(now $X)" when it states one, else the list price less the discount."""
         if self.now_price is not None:
             return self.now_price
-        return cents(self.price * (100 - self.discount_pct) / 100)
+        return percent_off(self.price, self.discount_pct)
 
     @property
     def short_name(self) -> str:

@@ -21,7 +21,7 @@ import re
 from dataclasses import dataclass, field
 from decimal import Decimal
 
-from livethink.data.liveshop.catalog import cents
+from livethink.data.liveshop.catalog import cents, percent_off
 from livethink.data.liveshop.questions import describe_answer
 from livethink.data.schema import Reference, Task
 from livethink.rft_distill.teachers.liveshop_docs import Doc, mentioned
@@ -116,7 +116,7 @@ def price_lines(
     if p.bundle:
         min_q, pct = p.bundle
         if q >= min_q:
-            new = step(cents(_d(total) * (100 - pct) / 100))
+            new = step(percent_off(total, pct))
             checks.append(f"{n2(total)} × {mult(pct)} = {n2(new)}")
             lines.append(f"Bundle: {q} ≥ {min_q}, {checks[-1]}.")
             total = new
@@ -131,7 +131,7 @@ def price_lines(
             total = new
         else:
             lines.append(f"Coupon: {n2(total)} < {n2(threshold)}, not applied.")
-    return lines, checks, cents(total), steps
+    return lines, checks, total, steps
 
 
 def plan_price(task: Task, docs: list[Doc], rng: random.Random, fault: bool) -> Plan:
