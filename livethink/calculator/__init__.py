@@ -1,0 +1,1 @@
+"""Calculator-assisted decoding: exact results for the sums a reasoning trace writes out."""

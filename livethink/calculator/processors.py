@@ -1,0 +1,123 @@
+"""Calculator-assisted decoding for transformers and vLLM: force the digits of a pending sum's result.
+
+Both processors are stateless: at every step they decode the tail of what was generated, ask
+:func:`~livethink.calculator.arithmetic.next_result_char` whether a result is being written, and if so leave
+only that character's token possible. Sampling, stop strings and streaming work unchanged.
+
+- transformers: ``model.generate(..., logits_processor=LogitsProcessorList([CalculatorLogitsProcessor(tok)]))``
+- vLLM: ``LLM(..., logits_processors=[VLLMCalculatorLogitsProcessor])`` and per request
+  ``SamplingParams(extra_args={"calculator": True})``.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import LogitsProcessor, LogitsProcessorList
+
+from livethink.calculator.arithmetic import RESULT_CHARS, next_result_char
+
+TAIL_TOKENS = 48  # generated tokens decoded per step: more than the longest "A op B = result" (one token a digit)
+REQUEST_FLAG = "calculator"  # SamplingParams.extra_args key that turns the vLLM processor on for a request
+
+
+def result_char_token_ids(tokenizer) -> dict[str, int]:
+    """Token id of each character a result is written with; a clear error if one is not a single token."""
+    ids: dict[str, int] = {}
+    for char in sorted(RESULT_CHARS):
+        encoded = tokenizer.encode(char, add_special_tokens=False)
+        if len(encoded) != 1:
+            raise ValueError(f"calculator: tokenizer spells {char!r} as {len(encoded)} tokens; it needs one per digit")
+        ids[char] = encoded[0]
+    return ids
+
+
+def forced_token(tokenizer, char_ids: dict[str, int], token_ids: list[int]) -> int | None:
+    """The token to force after ``token_ids`` (the sequence so far; None: let the model choose)."""
+    if not token_ids:
+        return None
+    tail = tokenizer.decode(token_ids[-TAIL_TOKENS:], skip_special_tokens=True)
+    char = next_result_char(tail)
+    return None if char is None else char_ids[char]
+
+
+def force(logits: torch.Tensor, token_id: int) -> torch.Tensor:
+    """``logits`` (1-D) with every token but ``token_id`` at -inf."""
+    forced = torch.full_like(logits, float("-inf"))
+    forced[token_id] = 0.0
+    return forced
+
+
+class CalculatorLogitsProcessor(LogitsProcessor):
+    """transformers ``LogitsProcessor``: calculator results for every row of a (left-padded) batch.
+
+    It reads the tail of the whole sequence, so a prompt that ends in ``A op B = `` (a pre-filled assistant
+    turn) gets its result too; padding and special tokens are skipped when decoding."""
+
+    def __init__(self, tokenizer):
+        self.tokenizer = tokenizer
+        self.char_ids = result_char_token_ids(tokenizer)
+
+    def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
+        for row in range(input_ids.shape[0]):
+            token = forced_token(self.tokenizer, self.char_ids, input_ids[row, -TAIL_TOKENS:].tolist())
+            if token is not None:
+                scores[row] = force(scores[row], token)
+        return scores
+
+
+def with_calculator(model, tokenizer):
+    """Make ``model.generate`` calculator-assisted (for callers that build the ``generate`` call themselves, such
+    as TRL's GRPO rollouts): an explicit ``logits_processor`` argument still wins. Returns ``model``."""
+    processors = LogitsProcessorList([CalculatorLogitsProcessor(tokenizer)])
+    generate = model.generate
+
+    def generate_with_calculator(*args, **kwargs):
+        kwargs.setdefault("logits_processor", processors)
+        return generate(*args, **kwargs)
+
+    model.generate = generate_with_calculator
+    return model
+
+
+def _vllm_adapter_base():
+    from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
+
+    return AdapterLogitsProcessor
+
+
+try:  # vLLM is optional (the transformers path works without it)
+    _AdapterBase = _vllm_adapter_base()
+except ImportError:  # pragma: no cover - exercised only where vLLM is missing
+    _AdapterBase = None
+
+
+if _AdapterBase is not None:
+
+    class VLLMCalculatorLogitsProcessor(_AdapterBase):
+        """vLLM v1 logits processor: calculator results for requests with ``extra_args={"calculator": True}``."""
+
+        def __init__(self, vllm_config, device, is_pin_memory: bool):
+            super().__init__(vllm_config, device, is_pin_memory)
+            from transformers import AutoTokenizer
+
+            model_config = vllm_config.model_config
+            self.tokenizer = AutoTokenizer.from_pretrained(model_config.tokenizer, trust_remote_code=model_config.trust_remote_code)
+            self.char_ids = result_char_token_ids(self.tokenizer)
+
+        def is_argmax_invariant(self) -> bool:
+            return False
+
+        def new_req_logits_processor(self, params):
+            if not (params.extra_args or {}).get(REQUEST_FLAG):
+                return None
+
+            def apply(prompt_ids: list[int], output_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
+                tail = output_ids[-TAIL_TOKENS:]
+                if len(tail) < TAIL_TOKENS:  # early in the reply the sum may have started in the prompt
+                    tail = prompt_ids[len(tail) - TAIL_TOKENS:] + tail
+                token = forced_token(self.tokenizer, self.char_ids, tail)
+                return logits if token is None else force(logits, token)
+
+            return apply
+else:  # pragma: no cover
+    VLLMCalculatorLogitsProcessor = None
