@@ -52,6 +52,8 @@ def grpo_cmd(args, variant: str, out: Path, steps: int, rollouts: str) -> list[s
            "--per_device_train_batch_size", str(args.prompts_per_step * args.generations),
            "--max_completion_length", str(args.max_completion_length), "--learning_rate", str(args.lr),
            "--save_steps", str(max(1, steps // 2)), "--seed", str(args.seed)]
+    if rollouts == "transformers":  # the calculator works on transformers rollouts (the vLLM timing runs go without)
+        cmd += ["--calculator", str(args.calculator).lower()]
     if variant == "siri":
         cmd += ["--siri_period", str(steps - steps % 2), "--siri_cycles", "1", "--siri_l_min", str(args.siri_l_min)]
     if rollouts == "vllm":
@@ -64,7 +66,7 @@ def eval_cmd(args, model: Path, name: str, out_json: Path) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "--eval-one", str(model), "--eval-name", name,
             "--eval-out", str(out_json), "--data-dir", str(args.data_dir), "--eval-n", str(args.eval_n),
             "--eval-max-tokens", str(args.eval_max_tokens), "--engine", args.engine,
-            "--latency-probes", str(args.latency_probes)]
+            "--latency-probes", str(args.latency_probes)] + (["--calculator"] if args.calculator else [])
 
 
 def eval_one(args) -> int:
@@ -79,7 +81,7 @@ def eval_one(args) -> int:
     start = time.perf_counter()
     result, samples, _ = evaluate_model(args.eval_one, tasks, RubricJudge(), engine=args.engine,
                                         max_tokens=args.eval_max_tokens, latency_probes=args.latency_probes,
-                                        name=args.eval_name)
+                                        name=args.eval_name, calculator=args.calculator)
     result["eval_wall_s"] = round(time.perf_counter() - start, 1)
     Path(args.eval_out).write_text(json.dumps({"result": result, "samples": sample_dicts(samples)}) + "\n")
     return 0
@@ -198,7 +200,8 @@ def markdown(report: dict[str, Any]) -> str:
         f"Budget per variant: {m['steps']} GRPO steps × {m['prompts_per_step']} prompts × {m['generations']} "
         f"completions (max {m['max_completion_length']} tokens), lr {m['lr']}, rollouts on {m['rollouts']}. "
         f"Evaluation: {m['eval_tasks']} test tasks, greedy, max {m['eval_max_tokens']} tokens, rubric judge, "
-        f"tokens counted with the student tokenizer.", "",
+        f"tokens counted with the student tokenizer. Calculator-assisted decoding (rollouts and evaluation): "
+        f"{'on' if m.get('calculator') else 'off'}.", "",
         "| model | tokens/reply | reduction vs RFT | correctness | Δ C (pts) | helpfulness | Δ H (pts) | truncated | "
         "meets target | train min | s/step |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -263,6 +266,8 @@ def parse(argv: list[str] | None):
     p.add_argument("--engine", default="vllm", help="eval engine (harness): vllm | transformers | auto")
     p.add_argument("--eval-n", type=int, default=0, help="test tasks evaluated (0 = the whole split)")
     p.add_argument("--eval-max-tokens", type=int, default=768)
+    p.add_argument("--calculator", action=argparse.BooleanOptionalAction, default=True,
+                   help="calculator-assisted decoding in training rollouts and evaluation (livethink.calculator)")
     p.add_argument("--latency-probes", type=int, default=0)
     p.add_argument("--timing-steps", type=int, default=3, help="GRPO steps timed with transformers rollouts (0 = skip)")
     p.add_argument("--threads", type=int, default=1, help="torch/OpenMP threads per process (1 on a shared box)")
@@ -367,7 +372,8 @@ def main(argv: list[str] | None = None) -> int:
                  "threads": args.threads, "date": time.strftime("%Y-%m-%d %H:%M"), "rft": str(args.rft),
                  "steps": args.steps, "prompts_per_step": args.prompts_per_step, "generations": args.generations,
                  "max_completion_length": args.max_completion_length, "lr": args.lr, "rollouts": args.rollouts,
-                 "eval_tasks": rft_o["n"], "eval_max_tokens": args.eval_max_tokens, "total_wall_min": round(total, 1)},
+                 "eval_tasks": rft_o["n"], "eval_max_tokens": args.eval_max_tokens, "calculator": args.calculator,
+                 "total_wall_min": round(total, 1)},
         "rows": [rft_row, *rows], "best": best, "vs_length_penalty": vs, "rollout_timing": timing,
     }
     out.mkdir(parents=True, exist_ok=True)

@@ -117,7 +117,7 @@ STEPS: list[Step] = [
                              "--teacher", "scripted", "--data", str(s.data), "--split", "test",
                              "--limit", str(s.eval_limit), "--latency-probes", str(s.latency_probes),
                              "--engine", s.eval_engine, "--max-tokens", str(s.eval_max_tokens),
-                             "--out", str(s.runs / "eval")),
+                             "--calculator", "--out", str(s.runs / "eval")),
         lambda s: f"report {s.runs / 'eval' / 'eval.md'}",
     ),
 ]

@@ -263,3 +263,21 @@ def test_router_logits_off_restores():
     with router_logits_off(M()):
         assert M.config.output_router_logits is False
     assert M.config.output_router_logits is True
+
+
+def test_calculator_assisted_rollouts(setup):
+    from livethink.length_rl.script import build_dataset
+    from livethink.length_rl.trainer import LengthRLTrainer
+    from livethink.models.loading import load_tokenizer_for
+
+    with pytest.raises(ValueError, match="calculator: only transformers rollouts"):
+        make_config(setup, "baseline", "calc-vllm", calculator=True, use_vllm=True)
+    cfg = make_config(setup, "baseline", "calc", calculator=True)
+    tokenizer = load_tokenizer_for(cfg.model_name_or_path)
+    ctx = RewardContext(l_ref=cfg.l_ref)
+    trainer = LengthRLTrainer(model=cfg.model_name_or_path, reward_funcs=make_reward_funcs(cfg.spec.rewards, ctx, RubricJudge()),
+                              args=cfg, train_dataset=build_dataset(cfg), processing_class=tokenizer, reward_context=ctx)
+    # TRL's rollouts call model.generate(**inputs, generation_config=...): the calculator rides along
+    enc = tokenizer(["Subtotal: 12.50 × 3 = "], return_tensors="pt", add_special_tokens=False)
+    out = trainer.model.generate(**enc, max_new_tokens=5, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    assert tokenizer.decode(out[0, enc["input_ids"].shape[1]:]) == "37.50"

@@ -26,7 +26,8 @@ def server(tmp_path_factory):
     config = {
         "models": {"rft": {"path": str(tiny_student_dir())}},
         "default_model": "rft",
-        "engine": {"kind": "vllm", "max_model_len": 1024, "kv_cache_gib": 1, "max_concurrency": 8},
+        # calculator on: the engine starts with the logits processor and every request carries its flag
+        "engine": {"kind": "vllm", "max_model_len": 1024, "kv_cache_gib": 1, "max_concurrency": 8, "calculator": True},
         "auth": {"api_key_env": None, "admin_key_env": None},
         "server": {"log_level": "warning"},
     }

@@ -66,6 +66,10 @@ class GRPOVariantConfig(GRPOConfig):
     drpo_delta: float = field(default=1e-4)
     drpo_max_len: int = field(default=0)
     drpo_positive: str = field(default="correct_helpful", metadata={"help": "correct | correct_helpful"})
+    # rollouts
+    calculator: bool = field(default=False, metadata={
+        "help": "calculator-assisted rollouts (livethink.calculator): the digits after a sum's '=' are computed; "
+                "transformers rollouts only"})
     # rollouts on CPU
     vllm_cpu_kvcache_gb: int = field(default=1, metadata={"help": "VLLM_CPU_KVCACHE_SPACE for colocated vLLM on CPU"})
     vllm_cpu_unsafe_moe_sync: bool = field(default=False, metadata={
@@ -82,6 +86,9 @@ class GRPOVariantConfig(GRPOConfig):
             raise ValueError(f"judge must be 'rubric' or 'llm', got {self.judge!r}")
         if self.judge == "llm" and not (self.judge_base_url and self.judge_model):
             raise ValueError("judge_base_url and judge_model are required when judge=llm")
+        if self.calculator and self.use_vllm:
+            raise ValueError("calculator: only transformers rollouts are calculator-assisted; set use_vllm: false "
+                             "or calculator: false")
         if self.drpo_positive not in ("correct", "correct_helpful"):
             raise ValueError(f"drpo_positive must be 'correct' or 'correct_helpful', got {self.drpo_positive!r}")
         local_generation = self.per_device_train_batch_size * self.steps_per_generation

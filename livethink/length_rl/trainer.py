@@ -90,6 +90,10 @@ class LengthRLTrainer(GRPOTrainer):
         self._dot_lengths: torch.Tensor | None = None  # local lengths after DOT truncation, set per generation
         self._final_rewards: torch.Tensor | None = None  # global (N, F) rewards of the last generation
         self._extra_rng = torch.Generator().manual_seed(cfg.seed + 7919 * self.accelerator.process_index)
+        if cfg.calculator:  # the config refuses calculator + vLLM rollouts
+            from livethink.calculator.processors import with_calculator
+
+            with_calculator(self.model, self._tokenizer)
         if self.use_vllm and self.vllm_mode == "colocate" and self.accelerator.device.type == "cpu":
             from livethink.length_rl.vllm_sync import patch_cpu_weight_sync
 

@@ -65,6 +65,7 @@ class EngineConfig(_Strict):
     )  # requests running at once per vLLM engine (the rest queue)
     transformers_threads: int | None = Field(default=None, ge=1)
     warmup: bool = True  # a few short generations at start seed the latency estimates
+    calculator: bool = False  # digits after a written-out sum's "=" come from a calculator (livethink.calculator)
 
 
 class BudgetConfig(_Strict):

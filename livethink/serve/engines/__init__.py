@@ -60,6 +60,7 @@ def _vllm_set(config: ServeConfig) -> EngineSet:
         enable_prefix_caching=e.enable_prefix_caching,
         budget_forcing=e.budget_forcing,
         max_lora_rank=e.max_lora_rank,
+        calculator=e.calculator,
     )
     engines, keys, caps = {}, {}, {}
     for base, variants in config.engine_groups().items():
@@ -76,7 +77,8 @@ def _transformers_set(config: ServeConfig) -> EngineSet:
     for name, spec in config.models.items():
         path = spec.path if spec.path is not None else config.models[spec.base].path
         engines[name] = TransformersEngine(
-            name, path, spec.lora, config.engine.transformers_dtype, config.engine.transformers_threads
+            name, path, spec.lora, config.engine.transformers_dtype, config.engine.transformers_threads,
+            calculator=config.engine.calculator,
         )
         keys[name] = name
         caps[name] = 1  # one request at a time; the rest wait in the controller's queue

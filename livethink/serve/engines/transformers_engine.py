@@ -74,6 +74,7 @@ class TransformersEngine:
         lora_path: str | Path | None = None,
         dtype: str = "float32",
         num_threads: int | None = None,
+        calculator: bool = False,
     ):
         self.name = name
         self.models = (name,)
@@ -81,6 +82,7 @@ class TransformersEngine:
         self.lora_path = str(lora_path) if lora_path else None
         self.dtype = dtype
         self.num_threads = num_threads
+        self.calculator = calculator
         self._jobs: queue.Queue = queue.Queue()
         self._active: dict[str, _Job] = {}
         self._running = 0
@@ -116,6 +118,10 @@ class TransformersEngine:
         eos = self.model.generation_config.eos_token_id
         self._eos = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
         self._eos.discard(None)
+        if self.calculator:
+            from livethink.calculator.processors import result_char_token_ids
+
+            self._calc_ids = result_char_token_ids(self.tokenizer)
 
     async def stop(self) -> None:
         for job in list(self._active.values()):
@@ -158,6 +164,7 @@ class TransformersEngine:
         text_so_far = ""
         cache = None
         pending = list(req.prompt_token_ids)  # tokens to feed with the next forward pass
+        sequence = list(req.prompt_token_ids)  # everything so far (the calculator reads its tail)
         produced, limit, finish = 0, budget.max_tokens, "length"
         with torch.inference_mode():
             while True:
@@ -167,6 +174,7 @@ class TransformersEngine:
                 if guard.must_force():  # budget forcing: close the think block, the reply gets its reserve
                     guard.thinking = False
                     pending += self._end_ids
+                    sequence += self._end_ids
                     decoder.push(self._end_ids)
                     text_so_far += FORCED_THINK_END
                     job.put(Delta(FORCED_THINK_END, len(self._end_ids), forced_end_of_thinking=True))
@@ -178,11 +186,18 @@ class TransformersEngine:
                 logits = out.logits[0, -1].float()
                 if opts.ignore_eos or produced < opts.min_tokens:
                     logits[list(self._eos)] = float("-inf")
+                if self.calculator:
+                    from livethink.calculator.processors import force, forced_token
+
+                    forced = forced_token(self.tokenizer, self._calc_ids, sequence)
+                    if forced is not None:
+                        logits = force(logits, forced)
                 token = _sample(logits, opts.temperature, opts.top_p, gen)
                 if token in self._eos:
                     finish = "stop"
                     break
                 pending = [token]
+                sequence.append(token)
                 produced += 1
                 was_thinking = guard.thinking
                 guard.observe(pending)

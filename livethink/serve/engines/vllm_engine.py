@@ -53,6 +53,7 @@ class VLLMSettings:
     budget_forcing: BudgetForcing = "auto"
     max_lora_rank: int = 16
     seed: int = 0
+    calculator: bool = False  # livethink.calculator: computed digits after a sum's "="
 
 
 @dataclass
@@ -134,6 +135,10 @@ class VLLMEngine:
         adapters = {name: path for name, path in self.variants.items() if path}
         if adapters:
             kwargs.update(enable_lora=True, max_loras=len(adapters), max_lora_rank=s.max_lora_rank)
+        if s.calculator:
+            from livethink.calculator.processors import VLLMCalculatorLogitsProcessor
+
+            kwargs["logits_processors"] = [VLLMCalculatorLogitsProcessor]
         if native:
             from vllm.config.reasoning import ReasoningConfig
 
@@ -182,6 +187,10 @@ class VLLMEngine:
             extra["thinking_token_budget"] = thinking_budget
         if o.stream_interval > 1 and self._has_stream_interval:
             extra["stream_interval"] = o.stream_interval
+        if self.settings.calculator:
+            from livethink.calculator.processors import REQUEST_FLAG
+
+            extra["extra_args"] = {REQUEST_FLAG: True}
         return SamplingParams(
             max_tokens=max(1, max_tokens),
             temperature=o.temperature,
