@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import collections
 import re
 import statistics
 
 import pytest
 from test_rewards_fixtures import PRICE_TWO
 
+from livethink.calculator import arithmetic as calculator
 from livethink.data.schema import HelpfulFact, ProductDoc, Reference, Task, Turn
 from livethink.rewards import RubricJudge
 from livethink.rewards.correctness import unsupported_numbers
@@ -58,7 +60,7 @@ def test_deterministic_and_temperature(tasks):
 def test_minimal_trace_pinned():
     assert minimal_trace(PRICE_TWO).splitlines() == [
         "Product: Pebble Trail Sneakers. Quantity: 2.",
-        "Unit price: 96.00 × 0.80 = 76.80.",
+        "Unit price: 96.00, 20% off, now 76.80.",
         "Subtotal: 76.80 × 2 = 153.60.",
         "Bundle: needs 3, 2 < 3, not applied.",
         "Coupon: 153.60 ≥ 150.00, 153.60 − 10.00 = 143.60.",
@@ -74,15 +76,15 @@ def test_minimal_completions_are_correct_and_helpful(tasks):
         assert verdict.accepted, (task.question, minimal_completion(task), verdict.details)
 
 
-def test_arithmetic_in_traces_is_real(tasks):
+def test_arithmetic_in_traces_is_real_and_is_what_the_calculator_computes(tasks):
+    # the student decodes with the calculator: every sum the teacher writes must be the calculator's result
     samples = [s for b in ScriptedTeacher(error_rate=0.0).generate(tasks, 2, SamplingConfig()) for s in b]
-    checked = 0
+    ops = collections.Counter()
     for s in samples:
-        for a, op, b, c in re.findall(r"([\d,]+\.\d\d) ([×−]) ([\d,.]+) = ([\d,]+\.\d\d)", s.reasoning):
-            a, b, c = (float(x.replace(",", "")) for x in (a, b, c))
-            assert abs((a * b if op == "×" else a - b) - c) <= 0.0051, (s.task_id, a, op, b, c)
-            checked += 1
-    assert checked > 200
+        for a, op, b, c in re.findall(r"([\d,]+\.\d\d) ([×−]) ([\d,.]+%?) = ([\d,]+\.\d\d)", s.reasoning):
+            assert calculator.evaluate(a, op, b) == c, (s.task_id, a, op, b, c)
+            ops[op + ("%" if b.endswith("%") else "")] += 1
+    assert ops["×"] > 100 and ops["−"] > 40 and ops["−%"] > 20, ops
 
 
 def test_traces_are_verbose(tasks):
@@ -159,9 +161,9 @@ def test_prices_start_from_the_stated_discounted_price_and_round_half_up():
     task = Task(id="half-cent", split="train", product_docs=(DRESS,), question="How much for 3 Cobalt Signature Dress?",
                 reference=Reference(kind="number", value=239.84, unit="usd"), kind="price", difficulty=3)
     assert minimal_trace(task).splitlines()[1:5] == [
-        "Unit price: 120.90 × 0.75 = 90.68.",
+        "Unit price: 120.90, 25% off, now 90.68.",
         "Subtotal: 90.68 × 3 = 272.04.",
-        "Bundle: 3 ≥ 2, 272.04 × 0.90 = 244.84.",
+        "Bundle: 3 ≥ 2, 272.04 − 10% = 244.84.",
         "Coupon: 244.84 ≥ 50.00, 244.84 − 5.00 = 239.84.",
     ]
     sample = ScriptedTeacher(error_rate=0.0).sample(task, 0, SamplingConfig())
@@ -200,3 +202,44 @@ def test_named_answers_are_spelled_in_the_reply_as_in_the_trace(tasks):
     compare = next(t for t in tasks if t.kind == "comparison")
     assert re.fullmatch(r"The .+ (is cheaper|ships faster|has the longer return window)\.",
                         minimal_completion(compare).split("</think>\n\n")[1].split(". ")[0] + ".")
+
+
+def test_helpful_facts_are_spelled_in_the_reply_as_in_the_trace(tasks):
+    # "Helpful: black is in stock in size M." then a reply "Black is in stock in size M.": the capital is a
+    # different token, and the student wrote the other fact template instead of copying the line
+    teacher, lowercase = ScriptedTeacher(error_rate=0.0), 0
+    for task in tasks:
+        sample = teacher.sample(task, 0, SamplingConfig())
+        m = re.search(r"\nHelpful: (.+)$", sample.reasoning)
+        if m is None:
+            continue
+        assert sample.reply.endswith(" " + m.group(1)), (m.group(1), sample.reply)
+        lowercase += task.helpful_facts[0].fact[0].islower()
+    assert lowercase >= 5  # the case that used to differ is covered
+
+
+def test_rechecks_only_repeat_sums_already_written(tasks):
+    # "Wait, let me double-check that: 149.40 − 10.00 = 139.40" right after the unit price asks the student to
+    # know the coupon sum before it has worked out the subtotal: it cannot learn that
+    samples = [s for b in ScriptedTeacher(error_rate=0.0).generate(tasks, 4, SamplingConfig(temperature=1.0)) for s in b]
+    rechecked = 0
+    for s in samples:
+        lines = s.reasoning.splitlines()
+        for i, line in enumerate(lines):
+            m = re.search(r"(?:double-check that|verify once more|recompute to be safe)\W+(.+? = [\d,.]+\d)", line)
+            if m:
+                assert any(m.group(1) in earlier for earlier in lines[:i]), (s.task_id, line)
+                rechecked += 1
+    assert rechecked > 20
+
+
+def test_habitual_sentences_are_sampled_not_certain(tasks):
+    # GRPO can only reinforce what the student samples: a filler sentence in every teacher trace would be in every
+    # student rollout, and no length reward could ever remove it
+    from livethink.rft_distill.teachers.scripted import ANSWER_LEAD, GOALS, OPENERS
+
+    samples = [s for b in ScriptedTeacher(error_rate=0.0).generate(tasks, 4, SamplingConfig(temperature=1.0)) for s in b]
+    stems = {"opener": [o.split("{q}")[0] for o in OPENERS], "goal": list(GOALS.values()), "lead": list(ANSWER_LEAD)}
+    for name, options in stems.items():
+        present = sum(any(o in s.reasoning for o in options) for s in samples) / len(samples)
+        assert 0.8 <= present <= 0.97, (name, present)

@@ -4,12 +4,15 @@ One planner per question kind reads the parsed docs (``liveshop_docs``) and writ
 small student can learn to imitate::
 
     Product: Quartz Studio Face Serum. Quantity: 2.
-    Unit price: 42.00 × 0.75 = 31.50.
+    Unit price: 42.00, 25% off, now 31.50.
     Subtotal: 31.50 × 2 = 63.00.
+    Bundle: needs 3, 2 < 3, not applied.
     Coupon: 63.00 < 150.00, not applied.
 
-The arithmetic is computed, not copied, in decimal with the till's half-up rounding (as ``catalog.price_quote``),
-starting from the discounted price the doc states. With ``fault=True`` the
+The discounted unit price is copied from the doc; every other sum is written ``A op B = C`` (``×`` a quantity,
+``− 10%`` a bundle's extra discount, ``− 15.00`` a coupon) and computed, not copied, in decimal with the till's
+half-up rounding (as ``catalog.price_quote``): exactly what ``livethink.calculator`` returns for the same sum, so
+a student decoding with the calculator gets the teacher's numbers. With ``fault=True`` the
 planner injects one realistic mistake (a wrong arithmetic step, a skipped discount, a misapplied coupon, a
 misread line or product) and carries it through to a wrong answer.
 """
@@ -63,8 +66,11 @@ def n2(x: float) -> str:
     return f"{x:,.2f}"
 
 
-def mult(pct: int) -> str:
-    return f"{(100 - pct) / 100:.2f}"
+def discounted(p: Doc, now: float) -> str:
+    """The discounted price as the doc states it, in the doc's order: ``234.00, 15% off, now 198.90``.
+
+    Copied, not computed: the student copies numbers well, and the doc already did this sum."""
+    return f"{n2(p.price)}, {p.discount_pct}% off, now {n2(now)}"
 
 
 def say(value: float, unit: str) -> str:
@@ -103,8 +109,7 @@ def price_lines(
     lines, checks = [f"Product: {p.title}. Quantity: {q}."], []
     if p.discount_pct and not skip_discount:
         unit = step(p.sale_price)
-        checks.append(f"{n2(p.price)} × {mult(p.discount_pct)} = {n2(unit)}")
-        lines.append(f"Unit price: {checks[-1]}.")
+        lines.append(f"Unit price: {discounted(p, unit)}.")
     else:
         unit = p.price
         lines.append(f"Unit price: {n2(p.price)}." if p.discount_pct else f"Unit price: {n2(p.price)}, no discount.")
@@ -117,7 +122,7 @@ def price_lines(
         min_q, pct = p.bundle
         if q >= min_q:
             new = step(percent_off(total, pct))
-            checks.append(f"{n2(total)} × {mult(pct)} = {n2(new)}")
+            checks.append(f"{n2(total)} − {pct}% = {n2(new)}")
             lines.append(f"Bundle: {q} ≥ {min_q}, {checks[-1]}.")
             total = new
         else:
@@ -278,7 +283,7 @@ def plan_comparison(task: Task, docs: list[Doc], rng: random.Random, fault: bool
     if "cheaper" in q:
         what, values = "price now", {a.title: a.sale_price, b.title: b.sale_price}
         lines = [f"Compare: {what}."] + [
-            f"{x.title}: {n2(x.price)} × {mult(x.discount_pct)} = {n2(x.sale_price)}." if x.discount_pct
+            f"{x.title}: {discounted(x, x.sale_price)}." if x.discount_pct
             else f"{x.title}: {n2(x.price)}, no discount." for x in (a, b)]
         better, verb, fmt = min, "is cheaper", n2
     elif "faster" in q:

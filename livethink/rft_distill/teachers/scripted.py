@@ -5,10 +5,13 @@ in minutes with a teacher that behaves like the real one where it matters:
 
 - **Verbose traces.** It restates the question, walks through irrelevant lines of the docs, looks at the other
   products on screen, re-checks its arithmetic ("wait, let me double-check"), second-guesses itself, then
-  writes a short reply: ``"<answer>. <one helpful fact>"`` (the ``format_completion`` layout).
-- **Real, regular reasoning.** The useful lines (``Product: …``, ``Unit price: 83.90 × 0.80 = 67.12.``,
-  ``Coupon: 134.24 < 150.00, not applied.``, ``Answer: $134.24.``, ``Helpful: …``) are computed from the
-  parsed docs (``plans.py``) in one fixed format, so a small student can learn them. ``minimal_trace(task)``
+  writes a short reply: ``"<answer>. <one helpful fact>"`` (the ``format_completion`` layout). Every one of
+  these sentences is sampled, the habitual ones (restating the question, the goal, the lead-ins) 90% of the
+  time at temperature 1: like a real LLM's, no filler is certain.
+- **Real, regular reasoning.** The useful lines (``Product: …``, ``Unit price: 83.90, 20% off, now 67.12.``,
+  ``Subtotal: 67.12 × 2 = 134.24.``, ``Coupon: 134.24 < 150.00, not applied.``, ``Answer: $134.24.``,
+  ``Helpful: …``) are computed from the parsed docs (``plans.py``) in one fixed format, so a small student can
+  learn them; its sums are the ones ``livethink.calculator`` evaluates at decoding time. ``minimal_trace(task)``
   is exactly these lines: the shortest correct trace.
 - **Mistakes to reject.** Per sample, independently: an *answer fault* with probability ``error_rate`` (wrong
   arithmetic, a skipped discount, a misapplied coupon, a misread line or product), a *hallucinated figure* in
@@ -88,6 +91,8 @@ CLOSERS = (
     "Okay, I'm confident now. Short reply: the answer, then the extra fact.",
     "Let me keep the reply to one or two short sentences.",
 )
+# How often a habitual sentence (opener, goal, answer lead, helpful lead) appears: 0.9 at temperature 1.
+HABIT_BASE, HABIT_SLOPE = 0.85, 0.05
 NO_FACT_ENDINGS = ("", " Hope that helps!", " Great choice!")
 INVENTED = ("Shipping is ${x}.", "It was ${x} cheaper yesterday.", "Gift wrapping costs ${x}.")
 
@@ -119,13 +124,15 @@ def _agrees(answer: str, task: Task) -> bool:
 
 
 def _fact_sentence(fact: HelpfulFact) -> str:
+    """The helpful fact as a sentence, written the same in the trace's ``Helpful:`` line and in the reply: the
+    reply then copies the line token for token ("black is …" and "Black is …" are different BPE tokens)."""
     text = fact.fact.strip()
     return text[:1].upper() + text[1:]
 
 
 def _core(plan: Plan, fact: HelpfulFact | None) -> list[str]:
     lines = [*plan.lines, f"Answer: {plan.answer}."]
-    return lines + ([f"Helpful: {fact.fact.strip()}"] if fact else [])
+    return lines + ([f"Helpful: {_fact_sentence(fact)}"] if fact else [])
 
 
 def minimal_trace(task: Task) -> str:
@@ -202,7 +209,13 @@ class ScriptedTeacher:
     def _trace(self, task: Task, docs: list[Doc] | None, plan: Plan, fact: HelpfulFact | None,
                rng: random.Random, t: float) -> str:
         v = self.verbosity
-        out = [rng.choice(OPENERS).format(q=task.question), GOALS.get(task.kind, GOALS["attribute"])]
+        out = []
+        # Even the habitual sentences (restating the question, the goal, the lead-ins) are left out now and then,
+        # as in a sampled LLM: stage-2 RL can only reinforce the shorter traces the student ever samples.
+        if rng.random() < _prob(HABIT_BASE, HABIT_SLOPE, t, v):
+            out.append(rng.choice(OPENERS).format(q=task.question))
+        if rng.random() < _prob(HABIT_BASE, HABIT_SLOPE, t, v):
+            out.append(GOALS.get(task.kind, GOALS["attribute"]))
         viewer = [turn.content for turn in task.history if turn.role == "viewer"]
         host = [turn.content for turn in task.history if turn.role == "host"]
         if viewer and host:
@@ -225,22 +238,28 @@ class ScriptedTeacher:
         for line in lines:
             out.append(line)
             if rng.random() < _prob(0.15, 0.2, t, v):
-                out.append(self._recheck(plan, rng))
+                out.append(self._recheck(plan, rng, out))
         if plan.doubts and rng.random() < _prob(0.25, 0.3, t, v):
             out.append(rng.choice(plan.doubts))
         if rng.random() < _prob(0.3, 0.3, t, v):
-            out.append(self._recheck(plan, rng))
-        out += [rng.choice(ANSWER_LEAD), f"Answer: {plan.answer}."]
+            out.append(self._recheck(plan, rng, out))
+        if rng.random() < _prob(HABIT_BASE, HABIT_SLOPE, t, v):
+            out.append(rng.choice(ANSWER_LEAD))
+        out.append(f"Answer: {plan.answer}.")
         if fact is not None:
-            out += [rng.choice(HELPFUL_THINK), f"Helpful: {fact.fact.strip()}"]
+            if rng.random() < _prob(HABIT_BASE, HABIT_SLOPE, t, v):
+                out.append(rng.choice(HELPFUL_THINK))
+            out.append(f"Helpful: {_fact_sentence(fact)}")
         if rng.random() < _prob(0.3, 0.3, t, v):
             out.append(rng.choice(CLOSERS))
         return "\n".join(out)
 
-    def _recheck(self, plan: Plan, rng: random.Random) -> str:
-        if not plan.checks:
+    def _recheck(self, plan: Plan, rng: random.Random, written: list[str]) -> str:
+        """Re-check a sum or line the trace has already written (a student cannot re-check what comes later)."""
+        checks = [c for c in plan.checks if any(c.rstrip(".") in line for line in written)]
+        if not checks:
             return "Wait, let me double-check the docs once more. Yes, that's what they say."
-        check = rng.choice(plan.checks)
+        check = rng.choice(checks)
         if "=" in check and not check.endswith("."):
             return rng.choice(DOUBLE_CHECK).format(check=check)
         title = plan.focus.title if plan.focus else "product"
