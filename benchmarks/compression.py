@@ -52,8 +52,8 @@ def grpo_cmd(args, variant: str, out: Path, steps: int, rollouts: str) -> list[s
            "--per_device_train_batch_size", str(args.prompts_per_step * args.generations),
            "--max_completion_length", str(args.max_completion_length), "--learning_rate", str(args.lr),
            "--save_steps", str(max(1, steps // 2)), "--seed", str(args.seed)]
-    if rollouts == "transformers":  # the calculator works on transformers rollouts (the vLLM timing runs go without)
-        cmd += ["--calculator", str(args.calculator).lower()]
+    # the calculator works on transformers rollouts (the vLLM timing run goes without)
+    cmd += ["--calculator", str(args.calculator and rollouts == "transformers").lower()]
     if variant == "siri":
         cmd += ["--siri_period", str(steps - steps % 2), "--siri_cycles", "1", "--siri_l_min", str(args.siri_l_min)]
     if rollouts == "vllm":
