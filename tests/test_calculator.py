@@ -123,7 +123,8 @@ def test_serving_engine_uses_the_calculator(student):
 VLLM_SCRIPT = textwrap.dedent("""
     import json, sys
     from vllm import LLM, SamplingParams
-    from livethink.calculator.processors import REQUEST_FLAG, VLLMCalculatorLogitsProcessor
+    from livethink.calculator.processors import REQUEST_FLAG
+    from livethink.calculator.vllm_processor import VLLMCalculatorLogitsProcessor
 
     if __name__ == "__main__":
         llm = LLM(model=sys.argv[1], dtype="bfloat16", max_model_len=256, enforce_eager=True,

@@ -12,14 +12,15 @@ Pure functions over text; the decoding plumbing is in ``livethink.calculator.pro
 from __future__ import annotations
 
 import re
-from decimal import ROUND_HALF_UP, Decimal, InvalidOperation
+from decimal import Decimal, InvalidOperation
+
+from livethink.data.liveshop.catalog import cents
 
 # A number as the traces write it: 1,299.00 / 74.70 / 0.85 / 3
 _NUMBER = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 # "A op B = " followed by the part of the result already written (digits, commas, a point), at the very end.
 # B may be a percentage: "272.04 − 10% = " is 10% off 272.04.
 _PENDING = re.compile(rf"(?<![\d.,])({_NUMBER}) ([×x*−\-+]) ((?:{_NUMBER})%?) = ([\d,.]*)$")
-_CENT = Decimal("0.01")
 MAX_TAIL_CHARS = 64  # the longest "A op B = result" a trace writes, with room to spare
 RESULT_CHARS = frozenset("0123456789,.")
 
@@ -48,7 +49,7 @@ def evaluate(left: str, op: str, right: str) -> str | None:
         value = a + b
     if value < 0:
         return None
-    return f"{value.quantize(_CENT, rounding=ROUND_HALF_UP):,.2f}"
+    return f"{cents(value):,.2f}"  # the till's half-up rounding, as the teacher and the references round
 
 
 def next_result_char(text: str) -> str | None:

@@ -1,11 +1,11 @@
 """Calculator-assisted decoding for transformers and vLLM: force the digits of a pending sum's result.
 
-Both processors are stateless: at every step they decode the tail of what was generated, ask
+Both processors (this module's for transformers, ``vllm_processor``'s for vLLM) are stateless: at every step they decode the tail of what was generated, ask
 :func:`~livethink.calculator.arithmetic.next_result_char` whether a result is being written, and if so leave
 only that character's token possible. Sampling, stop strings and streaming work unchanged.
 
 - transformers: ``model.generate(..., logits_processor=LogitsProcessorList([CalculatorLogitsProcessor(tok)]))``
-- vLLM: ``LLM(..., logits_processors=[VLLMCalculatorLogitsProcessor])`` and per request
+- vLLM: ``LLM(..., logits_processors=[vllm_processor.VLLMCalculatorLogitsProcessor])`` and per request
   ``SamplingParams(extra_args={"calculator": True})``.
 """
 
@@ -77,47 +77,3 @@ def with_calculator(model, tokenizer):
 
     model.generate = generate_with_calculator
     return model
-
-
-def _vllm_adapter_base():
-    from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
-
-    return AdapterLogitsProcessor
-
-
-try:  # vLLM is optional (the transformers path works without it)
-    _AdapterBase = _vllm_adapter_base()
-except ImportError:  # pragma: no cover - exercised only where vLLM is missing
-    _AdapterBase = None
-
-
-if _AdapterBase is not None:
-
-    class VLLMCalculatorLogitsProcessor(_AdapterBase):
-        """vLLM v1 logits processor: calculator results for requests with ``extra_args={"calculator": True}``."""
-
-        def __init__(self, vllm_config, device, is_pin_memory: bool):
-            super().__init__(vllm_config, device, is_pin_memory)
-            from transformers import AutoTokenizer
-
-            model_config = vllm_config.model_config
-            self.tokenizer = AutoTokenizer.from_pretrained(model_config.tokenizer, trust_remote_code=model_config.trust_remote_code)
-            self.char_ids = result_char_token_ids(self.tokenizer)
-
-        def is_argmax_invariant(self) -> bool:
-            return False
-
-        def new_req_logits_processor(self, params):
-            if not (params.extra_args or {}).get(REQUEST_FLAG):
-                return None
-
-            def apply(prompt_ids: list[int], output_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
-                tail = output_ids[-TAIL_TOKENS:]
-                if len(tail) < TAIL_TOKENS:  # early in the reply the sum may have started in the prompt
-                    tail = prompt_ids[len(tail) - TAIL_TOKENS:] + tail
-                token = forced_token(self.tokenizer, self.char_ids, tail)
-                return logits if token is None else force(logits, token)
-
-            return apply
-else:  # pragma: no cover
-    VLLMCalculatorLogitsProcessor = None

@@ -51,12 +51,12 @@ class VLLMGenerator:
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
         from vllm import LLM
 
-        processors = []
+        processors, self.extra_args = [], None
         if calculator:
-            from livethink.calculator.processors import VLLMCalculatorLogitsProcessor
+            from livethink.calculator.processors import REQUEST_FLAG
+            from livethink.calculator.vllm_processor import VLLMCalculatorLogitsProcessor
 
-            processors.append(VLLMCalculatorLogitsProcessor)
-        self.calculator = calculator
+            processors, self.extra_args = [VLLMCalculatorLogitsProcessor], {REQUEST_FLAG: True}
         self.llm = LLM(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, enforce_eager=True, seed=seed,
                        logits_processors=processors)
         self.tokenizer = self.llm.get_tokenizer()
@@ -64,10 +64,8 @@ class VLLMGenerator:
     def _params(self, max_tokens: int, temperature: float):
         from vllm import SamplingParams
 
-        from livethink.calculator.processors import REQUEST_FLAG
-
         return SamplingParams(max_tokens=max_tokens, temperature=temperature, skip_special_tokens=True,
-                              extra_args={REQUEST_FLAG: True} if self.calculator else None)
+                              extra_args=self.extra_args)
 
     def generate(self, tasks: Sequence[Task], max_tokens: int, temperature: float = 0.0) -> list[Generation]:
         outputs = self.llm.generate(prompt_texts(self.tokenizer, tasks), self._params(max_tokens, temperature), use_tqdm=True)

@@ -210,11 +210,15 @@ class ScriptedTeacher:
                rng: random.Random, t: float) -> str:
         v = self.verbosity
         out = []
+
+        def habit() -> bool:
+            return rng.random() < _prob(HABIT_BASE, HABIT_SLOPE, t, v)
+
         # Even the habitual sentences (restating the question, the goal, the lead-ins) are left out now and then,
         # as in a sampled LLM: stage-2 RL can only reinforce the shorter traces the student ever samples.
-        if rng.random() < _prob(HABIT_BASE, HABIT_SLOPE, t, v):
+        if habit():
             out.append(rng.choice(OPENERS).format(q=task.question))
-        if rng.random() < _prob(HABIT_BASE, HABIT_SLOPE, t, v):
+        if habit():
             out.append(GOALS.get(task.kind, GOALS["attribute"]))
         viewer = [turn.content for turn in task.history if turn.role == "viewer"]
         host = [turn.content for turn in task.history if turn.role == "host"]
@@ -243,11 +247,11 @@ class ScriptedTeacher:
             out.append(rng.choice(plan.doubts))
         if rng.random() < _prob(0.3, 0.3, t, v):
             out.append(self._recheck(plan, rng, out))
-        if rng.random() < _prob(HABIT_BASE, HABIT_SLOPE, t, v):
+        if habit():
             out.append(rng.choice(ANSWER_LEAD))
         out.append(f"Answer: {plan.answer}.")
         if fact is not None:
-            if rng.random() < _prob(HABIT_BASE, HABIT_SLOPE, t, v):
+            if habit():
                 out.append(rng.choice(HELPFUL_THINK))
             out.append(f"Helpful: {_fact_sentence(fact)}")
         if rng.random() < _prob(0.3, 0.3, t, v):

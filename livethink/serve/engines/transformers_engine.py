@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from livethink.calculator.processors import force, forced_token, result_char_token_ids
 from livethink.serve.budget import TokenBudget
 from livethink.serve.engines.base import (
     FORCED_THINK_END,
@@ -119,8 +120,6 @@ class TransformersEngine:
         self._eos = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
         self._eos.discard(None)
         if self.calculator:
-            from livethink.calculator.processors import result_char_token_ids
-
             self._calc_ids = result_char_token_ids(self.tokenizer)
 
     async def stop(self) -> None:
@@ -187,8 +186,6 @@ class TransformersEngine:
                 if opts.ignore_eos or produced < opts.min_tokens:
                     logits[list(self._eos)] = float("-inf")
                 if self.calculator:
-                    from livethink.calculator.processors import force, forced_token
-
                     forced = forced_token(self.tokenizer, self._calc_ids, sequence)
                     if forced is not None:
                         logits = force(logits, forced)

@@ -136,7 +136,7 @@ class VLLMEngine:
         if adapters:
             kwargs.update(enable_lora=True, max_loras=len(adapters), max_lora_rank=s.max_lora_rank)
         if s.calculator:
-            from livethink.calculator.processors import VLLMCalculatorLogitsProcessor
+            from livethink.calculator.vllm_processor import VLLMCalculatorLogitsProcessor
 
             kwargs["logits_processors"] = [VLLMCalculatorLogitsProcessor]
         if native:
