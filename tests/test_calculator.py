@@ -17,6 +17,7 @@ from serve_fixtures import load_tokenizer, tiny_student_dir
 from livethink.calculator.arithmetic import evaluate, next_result_char
 from livethink.calculator.processors import (
     CalculatorLogitsProcessor,
+    forced_mask,
     forced_token,
     result_char_token_ids,
     with_calculator,
@@ -88,6 +89,16 @@ def test_forced_token_needs_a_pending_sum(student):
     assert forced_token(tokenizer, ids, tokenizer.encode(SUM, add_special_tokens=False)) == ids["3"]
     assert forced_token(tokenizer, ids, tokenizer.encode("How much is it?", add_special_tokens=False)) is None
     assert forced_token(tokenizer, ids, []) is None
+
+
+def test_forced_mask_marks_exactly_the_result_digits(student):
+    _, tokenizer = student
+    ids = result_char_token_ids(tokenizer)
+    context = tokenizer.encode(SUM, add_special_tokens=False)
+    completion = [ids[c] for c in "37.50"] + tokenizer.encode(". Then 2 × 2 = ", add_special_tokens=False) + [ids["4"]]
+    assert forced_mask(tokenizer, ids, context, completion) == [True] * 5 + [False] * (len(completion) - 6) + [True]
+    assert forced_mask(tokenizer, ids, [], tokenizer.encode("no sums here", add_special_tokens=False)) == [False] * len(
+        tokenizer.encode("no sums here", add_special_tokens=False))
 
 
 def test_with_calculator_wraps_generate_for_callers_like_trl(student):

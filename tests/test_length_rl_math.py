@@ -57,6 +57,15 @@ def test_length_penalty_and_linear():
         length_rewards.length_penalty(torch.tensor([1]), torch.tensor([1]), 0, 1.0)
 
 
+def test_length_gate():
+    r_len, c, h = torch.tensor([0.8, 0.8, 0.5, 1.0]), torch.tensor([1, 1, 0, 0]), torch.tensor([1, 0, 1, 0])
+    assert torch.allclose(length_rewards.gated(r_len, c, h, "none"), r_len)
+    assert torch.allclose(length_rewards.gated(r_len, c, h, "correct"), torch.tensor([0.8, 0.8, 0.0, 0.0]))
+    assert torch.allclose(length_rewards.gated(r_len, c, h, "correct_helpful"), torch.tensor([0.8, 0.0, 0.0, 0.0]))
+    with pytest.raises(ValueError, match="length gate"):
+        length_rewards.gated(r_len, c, h, "helpful")
+
+
 # ---------------------------------------------------------------- SIRI schedules
 
 

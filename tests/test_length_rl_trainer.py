@@ -171,6 +171,21 @@ def test_length_penalty_runs(setup):
     assert row["rewards/length_penalty/mean"] == pytest.approx(-0.5 * row["completions/mean_length"] / 12, abs=1e-4)
 
 
+def test_freeze_router_keeps_routing_weights(setup):
+    from transformers import AutoModelForCausalLM
+
+    from livethink.models.router import router_modules
+
+    before = AutoModelForCausalLM.from_pretrained(str(setup["student"])).state_dict()
+    cfg = make_config(setup, "length_penalty", "frozen-router", max_steps=2, save_steps=10, freeze_router=True)
+    after = train(cfg, RubricJudge()).model
+    routers = list(router_modules(after))
+    assert routers and all(not p.requires_grad for name in routers for p in after.get_submodule(name).parameters())
+    state = after.state_dict()
+    assert all(torch.equal(state[f"{name}.weight"], before[f"{name}.weight"]) for name in routers)
+    assert not torch.equal(state["model.layers.0.self_attn.q_proj.weight"], before["model.layers.0.self_attn.q_proj.weight"])
+
+
 # ---------------------------------------------------------------- config, dry-run
 
 
@@ -191,6 +206,8 @@ def test_config_validation(setup):
         make_config(setup, "drpo", "x", per_device_train_batch_size=2, num_generations=4, steps_per_generation=2)
     with pytest.raises(ValueError, match="l_min"):
         make_config(setup, "siri", "x", siri_l_min=64)
+    with pytest.raises(ValueError, match="length_gate"):
+        make_config(setup, "baseline", "x", length_gate="always")
     cfg = make_config(setup, "length_penalty", "x")
     assert cfg.reward_weights == [0.0, 1.0, 1.0] and cfg.penalty_l_max == 12
 
@@ -232,6 +249,21 @@ def test_reward_columns_share_one_judge_call_and_zero_cut(liveshop_small):
     assert out[3] == pytest.approx([1 - 0.5 * 3 / 20, -0.5 * 4 / 20])
     assert calls == [2]  # memoised across the columns
     assert [f.__name__ for f in funcs] == ["correctness", "helpfulness", "brevity", "length_penalty"]
+
+
+def test_gated_brevity_column(liveshop_small):
+    from livethink.data.io import task_to_row
+
+    task = liveshop_small.tasks["train"][0]
+    ctx = RewardContext(eos_ids={2}, l_ref=10.0)
+    columns = {k: [v, v, v] for k, v in task_to_row(task).items()}
+    # "ok" replies are correct and helpful; the cut one is neither; all three lie in the band [2, 4]
+    completions, ids = ["ok", "wrong", "ok cut"], [[5, 2], [5, 6, 2], [5, 6, 7]]
+    for gate, expected in (("none", [1.0, 1.0, 1.0]), ("correct", [1.0, 0.0, 0.0]),
+                           ("correct_helpful", [1.0, 0.0, 0.0])):
+        (brevity,) = make_reward_funcs(["brevity"], ctx, FakeJudge(lambda t: t.startswith("ok")),
+                                       band={"gate": gate})
+        assert brevity(completions, completion_ids=ids, **columns) == pytest.approx(expected), gate
 
 
 def test_cached_judge_and_is_cut(liveshop_small):
@@ -281,3 +313,12 @@ def test_calculator_assisted_rollouts(setup):
     enc = tokenizer(["Subtotal: 12.50 × 3 = "], return_tensors="pt", add_special_tokens=False)
     out = trainer.model.generate(**enc, max_new_tokens=5, do_sample=False, pad_token_id=tokenizer.pad_token_id)
     assert tokenizer.decode(out[0, enc["input_ids"].shape[1]:]) == "37.50"
+    # the forced digits are tool output: left out of the loss (tool_mask 0), the model's own tokens stay in
+    prompt = enc["input_ids"][0].tolist()
+    completion = out[0, len(prompt):].tolist() + tokenizer.encode(" ok", add_special_tokens=False)
+    batch = {"prompt_ids": torch.tensor([prompt, prompt]), "prompt_mask": torch.ones(2, len(prompt), dtype=torch.long),
+             "completion_ids": torch.tensor([completion, completion]),
+             "completion_mask": torch.tensor([[1] * len(completion), [1, 1] + [0] * (len(completion) - 2)])}
+    trainer._mask_calculator_tokens(batch)
+    assert batch["tool_mask"].tolist() == [[0] * 5 + [1] * (len(completion) - 5), [0, 0] + [1] * (len(completion) - 2)]
+    assert trainer._count_loss_tokens(batch).item() == len(completion) - 5

@@ -180,6 +180,23 @@ def test_dense_model_is_all_active():
     assert counts.total == counts.active and counts.num_experts == 0
 
 
+def test_routers_found_and_frozen_only_in_moe_models():
+    from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3MoeConfig
+
+    from livethink.models.router import freeze_routers, router_modules
+
+    sizes = dict(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
+                 head_dim=8)
+    dense = AutoModelForCausalLM.from_config(Qwen3Config(intermediate_size=32, **sizes))
+    assert router_modules(dense) == {} and freeze_routers(dense) == 0
+    moe = AutoModelForCausalLM.from_config(Qwen3MoeConfig(num_experts=4, num_experts_per_tok=2,
+                                                           moe_intermediate_size=8, **sizes))
+    assert list(router_modules(moe)) == ["model.layers.0.mlp.gate", "model.layers.1.mlp.gate"]
+    assert freeze_routers(moe) == 2 * 4 * 16  # num_experts × hidden per layer
+    assert [n for n, p in moe.named_parameters() if not p.requires_grad] == [
+        "model.layers.0.mlp.gate.weight", "model.layers.1.mlp.gate.weight"]
+
+
 def test_prod_config_counts_match_qwen3_30b_a3b():
     config = load_student_config(PROD_YAML)
     summary = validate_student_config(config, check_path=False)

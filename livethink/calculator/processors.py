@@ -40,6 +40,18 @@ def forced_token(tokenizer, char_ids: dict[str, int], token_ids: list[int]) -> i
     return None if char is None else char_ids[char]
 
 
+def forced_mask(tokenizer, char_ids: dict[str, int], context_ids: list[int], completion_ids: list[int]) -> list[bool]:
+    """Which tokens of ``completion_ids`` the calculator forced (replayed: ``context_ids`` is what preceded them).
+
+    These are tool output, not the policy's choice: RL leaves them out of the loss (``tool_mask``)."""
+    sequence = list(context_ids[-TAIL_TOKENS:])
+    mask = []
+    for token in completion_ids:
+        mask.append(forced_token(tokenizer, char_ids, sequence[-TAIL_TOKENS:]) is not None)
+        sequence.append(token)
+    return mask
+
+
 def force(logits: torch.Tensor, token_id: int) -> torch.Tensor:
     """``logits`` (1-D) with every token but ``token_id`` at -inf."""
     forced = torch.full_like(logits, float("-inf"))

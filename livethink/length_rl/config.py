@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from livethink.length_rl.length_rewards import LENGTH_GATES
 from livethink.length_rl.registry import VARIANTS, get_variant
 from livethink.length_rl.schedules import SCHEDULES, Schedule
 
@@ -40,6 +41,9 @@ class GRPOVariantConfig(GRPOConfig):
     band_lambda_low: float = field(default=0.2)
     band_lambda_up: float = field(default=0.4)
     band_epsilon: float | None = field(default=None, metadata={"help": "tokens; None = 0.5·L_ref"})
+    length_gate: str = field(default="none", metadata={
+        "help": "baseline: r_len counts only for good replies: none (LiveThinking as written) | correct | "
+                "correct_helpful"})
     # length_penalty
     length_penalty_alpha: float = field(default=0.5)
     length_penalty_l_max: int = field(default=0)
@@ -66,6 +70,8 @@ class GRPOVariantConfig(GRPOConfig):
     drpo_delta: float = field(default=1e-4)
     drpo_max_len: int = field(default=0)
     drpo_positive: str = field(default="correct_helpful", metadata={"help": "correct | correct_helpful"})
+    freeze_router: bool = field(default=False, metadata={
+        "help": "MoE students: no gradient to the routers in stage 2, so the experts a token is sent to stay fixed"})
     # rollouts
     calculator: bool = field(default=False, metadata={
         "help": "calculator-assisted rollouts (livethink.calculator): the digits after a sum's '=' are computed; "
@@ -89,6 +95,8 @@ class GRPOVariantConfig(GRPOConfig):
         if self.calculator and self.use_vllm:
             raise ValueError("calculator: only transformers rollouts are calculator-assisted; set use_vllm: false "
                              "or calculator: false")
+        if self.length_gate not in LENGTH_GATES:
+            raise ValueError(f"length_gate must be one of {', '.join(LENGTH_GATES)}, got {self.length_gate!r}")
         if self.drpo_positive not in ("correct", "correct_helpful"):
             raise ValueError(f"drpo_positive must be 'correct' or 'correct_helpful', got {self.drpo_positive!r}")
         local_generation = self.per_device_train_batch_size * self.steps_per_generation

@@ -4,6 +4,9 @@
   The math is the rewards package's ``band_reward`` (one implementation), applied element-wise.
 - ``length_penalty`` (the naive baseline): r = C − α·L/L_max, ungated (a long wrong reply is penalised too).
 - ``linear`` (DRPO's r_l, §2): r_l = 1 − L/C with C the maximum generation length.
+
+``gated`` optionally multiplies a length term by a quality gate (C, or C∧H): as in Arora & Zanette, L1-Max and
+DRPO, only a good reply earns its brevity, so a short wrong reply never outscores a long wrong one.
 """
 
 from __future__ import annotations
@@ -25,6 +28,20 @@ def band(
     """LiveThinking band reward per completion length."""
     values = [band_reward(float(n), l_ref, lambda_low, lambda_up, epsilon) for n in lengths.tolist()]
     return torch.tensor(values, dtype=torch.float32)
+
+
+LENGTH_GATES = ("none", "correct", "correct_helpful")
+
+
+def gated(r_len: torch.Tensor, correct: torch.Tensor, helpful: torch.Tensor, gate: str) -> torch.Tensor:
+    """r_len·g with g = 1 (``none``), C (``correct``) or C·H (``correct_helpful``)."""
+    if gate == "none":
+        return r_len.float()
+    if gate == "correct":
+        return r_len.float() * correct.float()
+    if gate == "correct_helpful":
+        return r_len.float() * correct.float() * helpful.float()
+    raise ValueError(f"length gate must be one of {', '.join(LENGTH_GATES)}, got {gate!r}")
 
 
 def length_penalty(correct: torch.Tensor, lengths: torch.Tensor, l_max: float, alpha: float) -> torch.Tensor:

@@ -99,8 +99,16 @@ def make_reward_funcs(names: Sequence[str], ctx: RewardContext, judge: Judge | d
         if ctx.l_ref is None:
             raise RuntimeError("L_ref is not set: the trainer measures it on the first rollouts (or set l_ref)")
         lengths = torch.tensor(_lengths(completions, completion_ids))
-        return length_rewards.band(lengths, ctx.l_ref, band.get("lambda_low", 0.2), band.get("lambda_up", 0.4),
-                                   band.get("epsilon")).tolist()
+        r_len = length_rewards.band(lengths, ctx.l_ref, band.get("lambda_low", 0.2), band.get("lambda_up", 0.4),
+                                    band.get("epsilon"))
+        gate = band.get("gate", "none")
+        if gate == "none":
+            return r_len.tolist()
+        vs = verdicts(completions, completion_ids, columns)
+        correct = torch.tensor([float(v.correct and not cut) for v, cut in vs])
+        helpful = torch.tensor([float(v.helpful and not cut) for v, cut in vs])
+        values = length_rewards.gated(r_len, correct, helpful, gate).tolist()
+        return [None if v.error else r for (v, _), r in zip(vs, values, strict=True)]
 
     def length_penalty(completions, completion_ids=None, **columns):
         vs = verdicts(completions, completion_ids, columns)

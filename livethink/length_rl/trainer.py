@@ -90,6 +90,11 @@ class LengthRLTrainer(GRPOTrainer):
         self._dot_lengths: torch.Tensor | None = None  # local lengths after DOT truncation, set per generation
         self._final_rewards: torch.Tensor | None = None  # global (N, F) rewards of the last generation
         self._extra_rng = torch.Generator().manual_seed(cfg.seed + 7919 * self.accelerator.process_index)
+        if cfg.freeze_router:
+            from livethink.models.router import freeze_routers
+
+            logger.info("froze %d router parameters", freeze_routers(self.model))
+        self._calculator_char_ids: dict[str, int] | None = None
         if cfg.calculator:  # the config refuses calculator + vLLM rollouts
             from livethink.calculator.processors import with_calculator
 
@@ -201,13 +206,34 @@ class LengthRLTrainer(GRPOTrainer):
         if self._dot_lengths is not None:
             output["completion_mask"] = dot.truncation_mask(output["completion_mask"], self._dot_lengths)
             self._dot_lengths = None
+        if cfg.calculator and training:
+            self._mask_calculator_tokens(output)
         if dynamic:
             output = self._keep_informative_groups(output, len(inputs), n_local)
-        elif self.spec.outlier_truncation:
+        elif self.spec.outlier_truncation or cfg.calculator:
             output["num_items_in_batch"] = self._count_loss_tokens(output)
         if self.spec.loss == "drpo" and not dynamic:  # (dynamic sampling selects the labels with the rows)
             output["drpo_positive"] = self._drpo_labels(len(inputs))
         return output
+
+    def _mask_calculator_tokens(self, output: dict[str, Any]) -> None:
+        """Leave the calculator's forced digits out of the loss, as RL does with tool output: the policy did not
+        choose them, and their gradient (large where the policy disagreed) would be noise on its own skills."""
+        from livethink.calculator.processors import forced_mask, result_char_token_ids
+
+        if self._calculator_char_ids is None:
+            self._calculator_char_ids = result_char_token_ids(self._tokenizer)
+        completion_ids, completion_mask = output["completion_ids"], output["completion_mask"]
+        forced = torch.zeros_like(completion_mask)
+        for row in range(completion_ids.shape[0]):
+            context = output["prompt_ids"][row][output["prompt_mask"][row].bool()].tolist()
+            n = int(completion_mask[row].sum())
+            forced[row, :n] = torch.tensor(
+                forced_mask(self._tokenizer, self._calculator_char_ids, context, completion_ids[row, :n].tolist()),
+                dtype=forced.dtype)
+        keep = 1 - forced
+        output["tool_mask"] = keep if "tool_mask" not in output else output["tool_mask"] * keep
+        self._metric("calculator/forced_share", float((forced * completion_mask).sum() / completion_mask.sum().clamp(min=1)))
 
     def _count_loss_tokens(self, output: dict[str, Any]) -> torch.Tensor:
         mask = output["completion_mask"] if "tool_mask" not in output else output["completion_mask"] * output["tool_mask"]

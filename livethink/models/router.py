@@ -1,0 +1,27 @@
+"""MoE routers: find them and freeze them.
+
+A router is the ``gate`` of a sparse-MoE block (a module that also has ``experts``): ``mlp.gate`` in Qwen3-MoE,
+``block_sparse_moe.gate`` in Mixtral. Freezing it during RL keeps the top-k expert choice of a token fixed, so a
+small policy update cannot flip a discrete routing decision and jump the model's function (a known source of
+MoE RL instability, which routing-replay methods address in production).
+"""
+
+from __future__ import annotations
+
+from torch import nn
+
+
+def router_modules(model: nn.Module) -> dict[str, nn.Module]:
+    """Name → router module of every sparse-MoE block of ``model`` (empty for a dense model)."""
+    return {f"{name}.gate" if name else "gate": module.gate for name, module in model.named_modules()
+            if isinstance(getattr(module, "gate", None), nn.Module) and hasattr(module, "experts")}
+
+
+def freeze_routers(model: nn.Module) -> int:
+    """Stop gradients to every router; returns the number of parameters frozen (0 for a dense model)."""
+    frozen = 0
+    for router in router_modules(model).values():
+        for param in router.parameters():
+            param.requires_grad_(False)
+            frozen += param.numel()
+    return frozen
