@@ -174,7 +174,7 @@ def test_length_penalty_runs(setup):
 def test_freeze_router_keeps_routing_weights(setup):
     from transformers import AutoModelForCausalLM
 
-    from livethink.models.router import router_modules
+    from livethink.models.freezing import router_modules
 
     before = AutoModelForCausalLM.from_pretrained(str(setup["student"])).state_dict()
     cfg = make_config(setup, "length_penalty", "frozen-router", max_steps=2, save_steps=10, freeze_router=True)

@@ -183,7 +183,7 @@ def test_dense_model_is_all_active():
 def test_routers_found_and_frozen_only_in_moe_models():
     from transformers import AutoModelForCausalLM, Qwen3Config, Qwen3MoeConfig
 
-    from livethink.models.router import freeze_routers, router_modules
+    from livethink.models.freezing import freeze_routers, router_modules
 
     sizes = dict(vocab_size=64, hidden_size=16, num_hidden_layers=2, num_attention_heads=2, num_key_value_heads=1,
                  head_dim=8)
@@ -195,6 +195,22 @@ def test_routers_found_and_frozen_only_in_moe_models():
     assert freeze_routers(moe) == 2 * 4 * 16  # num_experts × hidden per layer
     assert [n for n, p in moe.named_parameters() if not p.requires_grad] == [
         "model.layers.0.mlp.gate.weight", "model.layers.1.mlp.gate.weight"]
+
+
+def test_train_only_named_parameters():
+    from transformers import AutoModelForCausalLM, Qwen3Config
+
+    from livethink.models.freezing import train_only
+
+    model = AutoModelForCausalLM.from_config(Qwen3Config(vocab_size=64, hidden_size=16, intermediate_size=32,
+                                                         num_hidden_layers=2, num_attention_heads=2,
+                                                         num_key_value_heads=1, head_dim=8))
+    assert train_only(model, ["lm_head", r"layers\.1\.self_attn\.q_proj"]) == [
+        "model.layers.1.self_attn.q_proj.weight", "lm_head.weight"]
+    assert [n for n, p in model.named_parameters() if p.requires_grad] == [
+        "model.layers.1.self_attn.q_proj.weight", "lm_head.weight"]
+    with pytest.raises(ValueError, match="match no parameter"):
+        train_only(model, ["lm_haed"])
 
 
 def test_prod_config_counts_match_qwen3_30b_a3b():

@@ -72,6 +72,8 @@ class GRPOVariantConfig(GRPOConfig):
     drpo_positive: str = field(default="correct_helpful", metadata={"help": "correct | correct_helpful"})
     freeze_router: bool = field(default=False, metadata={
         "help": "MoE students: no gradient to the routers in stage 2, so the experts a token is sent to stay fixed"})
+    trainable_parameters: list[str] | None = field(default=None, metadata={
+        "help": "regexes of the parameter names stage 2 trains (e.g. lm_head); the rest stay frozen (default: all)"})
     # rollouts
     calculator: bool = field(default=False, metadata={
         "help": "calculator-assisted rollouts (livethink.calculator): the digits after a sum's '=' are computed; "

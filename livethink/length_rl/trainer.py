@@ -90,8 +90,12 @@ class LengthRLTrainer(GRPOTrainer):
         self._dot_lengths: torch.Tensor | None = None  # local lengths after DOT truncation, set per generation
         self._final_rewards: torch.Tensor | None = None  # global (N, F) rewards of the last generation
         self._extra_rng = torch.Generator().manual_seed(cfg.seed + 7919 * self.accelerator.process_index)
+        if cfg.trainable_parameters:
+            from livethink.models.freezing import train_only
+
+            logger.info("training only %s", ", ".join(train_only(self.model, cfg.trainable_parameters)))
         if cfg.freeze_router:
-            from livethink.models.router import freeze_routers
+            from livethink.models.freezing import freeze_routers
 
             logger.info("froze %d router parameters", freeze_routers(self.model))
         self._calculator_char_ids: dict[str, int] | None = None

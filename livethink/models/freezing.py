@@ -1,4 +1,4 @@
-"""MoE routers: find them and freeze them.
+"""Freeze parts of a model for RL: the MoE routers, or everything but the parameters named.
 
 A router is the ``gate`` of a sparse-MoE block (a module that also has ``experts``): ``mlp.gate`` in Qwen3-MoE,
 ``block_sparse_moe.gate`` in Mixtral. Freezing it during RL keeps the top-k expert choice of a token fixed, so a
@@ -7,6 +7,9 @@ MoE RL instability, which routing-replay methods address in production).
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Sequence
 
 from torch import nn
 
@@ -25,3 +28,20 @@ def freeze_routers(model: nn.Module) -> int:
             param.requires_grad_(False)
             frozen += param.numel()
     return frozen
+
+
+def train_only(model: nn.Module, patterns: Sequence[str]) -> list[str]:
+    """Freeze every parameter whose name matches none of the regexes ``patterns`` (``re.search``); returns the names
+    left trainable. A pattern that matches nothing is an error (a typo would otherwise freeze the whole model)."""
+    compiled = [re.compile(p) for p in patterns]
+    names = [name for name, _ in model.named_parameters()]
+    unmatched = [p.pattern for p in compiled if not any(p.search(n) for n in names)]
+    if unmatched:
+        raise ValueError(f"trainable_parameters {unmatched} match no parameter of the model (e.g. {names[:3]})")
+    trainable = []
+    for name, param in model.named_parameters():
+        keep = any(p.search(name) for p in compiled)
+        param.requires_grad_(keep)
+        if keep:
+            trainable.append(name)
+    return trainable
