@@ -151,16 +151,22 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return sorted(front, key=lambda i: points[i][0])
 
 
+def nearest_in_tokens(row: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[str, Any]:
+    """The candidate closest to ``row`` in mean tokens (the fairest "equal tokens" comparison available)."""
+    return min(candidates, key=lambda c: abs(c["tokens"] - row["tokens"]))
+
+
 def versus(a: dict[str, Any], b: dict[str, Any]) -> str:
     """How variant ``a`` compares with ``b`` (the naive length penalty): dominance on tokens and quality."""
     fewer = a["tokens"] <= b["tokens"]
     c_ok, h_ok = a["correctness"] >= b["correctness"], a["helpfulness"] >= b["helpfulness"]
     if fewer and c_ok and h_ok:
-        return "matches or beats (no more tokens, no less correctness and helpfulness)"
+        return f"matches or beats {b['name']} (no more tokens, no less correctness and helpfulness)"
     if not fewer and not c_ok and not h_ok:
-        return "loses (more tokens, less correctness and helpfulness)"
-    return (f"trade-off: tokens {a['tokens']:.0f} vs {b['tokens']:.0f}, correctness {100 * a['correctness']:.1f}% vs "
-            f"{100 * b['correctness']:.1f}%, helpfulness {100 * a['helpfulness']:.1f}% vs {100 * b['helpfulness']:.1f}%")
+        return f"loses to {b['name']} (more tokens, less correctness and helpfulness)"
+    return (f"trade-off with {b['name']}: tokens {a['tokens']:.0f} vs {b['tokens']:.0f}, correctness "
+            f"{100 * a['correctness']:.1f}% vs {100 * b['correctness']:.1f}%, helpfulness {100 * a['helpfulness']:.1f}% vs "
+            f"{100 * b['helpfulness']:.1f}%")
 
 
 # ---------------------------------------------------------------- outputs
@@ -177,7 +183,9 @@ def plot(rows: list[dict[str, Any]], metric: str, path: Path) -> None:
     front = pareto_front(pts)
     ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "--", color="0.6", lw=1, label="Pareto front")
     for r, (t, q) in zip(rows, pts, strict=True):
-        style = {"marker": "*", "s": 160, "color": "black"} if r["kind"] == "rft" else {"marker": "o", "s": 50}
+        style = {"rft": {"marker": "*", "s": 160, "color": "black"},
+                 "midpoint": {"marker": "o", "s": 30, "facecolors": "none", "edgecolors": "0.3"}}.get(
+                     r["kind"], {"marker": "o", "s": 50})
         ax.scatter([t], [q], zorder=3, **style)
         ax.annotate(r["name"], (t, q), textcoords="offset points", xytext=(5, 4), fontsize=8)
     ax.set_xlabel("mean tokens per reply (reasoning + reply)")
@@ -253,11 +261,11 @@ def parse(argv: list[str] | None):
     p.add_argument("--rft", default="runs/tiny/rft/final", help="the RFT student every variant starts from")
     p.add_argument("--data-dir", default="artifacts/tiny/data")
     p.add_argument("--variants", default=",".join(VARIANTS))
-    p.add_argument("--steps", type=int, default=16)
+    p.add_argument("--steps", type=int, default=48)
     p.add_argument("--prompts-per-step", type=int, default=8)
     p.add_argument("--generations", type=int, default=4)
     p.add_argument("--max-completion-length", type=int, default=384)
-    p.add_argument("--lr", type=float, default=5e-4)
+    p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--siri-l-min", type=int, default=0, help="SIRI's L_min (0 = 40%% of the RFT student's tokens)")
     p.add_argument("--rollouts", choices=("vllm", "transformers"), default="transformers",
@@ -268,6 +276,8 @@ def parse(argv: list[str] | None):
     p.add_argument("--eval-max-tokens", type=int, default=768)
     p.add_argument("--calculator", action=argparse.BooleanOptionalAction, default=True,
                    help="calculator-assisted decoding in training rollouts and evaluation (livethink.calculator)")
+    p.add_argument("--eval-midpoint", action=argparse.BooleanOptionalAction, default=True,
+                   help="also evaluate each run's checkpoint halfway (VARIANT@STEP; SIRI's phases play that role)")
     p.add_argument("--latency-probes", type=int, default=0)
     p.add_argument("--timing-steps", type=int, default=3, help="GRPO steps timed with transformers rollouts (0 = skip)")
     p.add_argument("--threads", type=int, default=1, help="torch/OpenMP threads per process (1 on a shared box)")
@@ -322,14 +332,19 @@ def main(argv: list[str] | None = None) -> int:
         summary = train_summary(read_metrics(out_dir))
         print(f"[{(time.perf_counter() - start) / 60:5.1f} min] trained {variant}: {wall / 60:.1f} min, "
               f"{json.dumps(summary.get('last3_mean'))}", flush=True)
-        models = [(out_dir / "final", variant)]
+        models = [(out_dir / "final", variant, "variant")]
         if variant == "siri":  # SIRI-low (end of compression) and SIRI-high (end of expansion = final)
-            models = [(out_dir / "phases" / "compression-1", "siri-low"), (out_dir / "final", "siri-high")]
-        for model, name in models:
+            models = [(out_dir / "phases" / "compression-1", "siri-low", "variant"), (out_dir / "final", "siri-high", "variant")]
+        elif args.eval_midpoint and args.steps >= 2:  # the same run halfway: where on the way quality goes
+            models.insert(0, (out_dir / f"checkpoint-{args.steps // 2}", f"{variant}@{args.steps // 2}", "midpoint"))
+        for model, name, kind in models:
             result = evaluate(model, name)
             results.append(result)
-            rows.append({"name": name, "kind": "variant", "variant": variant, "train_wall_min": round(wall / 60, 1),
-                         "step_time_mean_s": summary.get("step_time_mean_s"), "train": summary})
+            final = kind == "variant"
+            rows.append({"name": name, "kind": kind, "variant": variant,
+                         "train_wall_min": round(wall / 60, 1) if final else "-",
+                         "step_time_mean_s": summary.get("step_time_mean_s") if final else "-",
+                         "train": summary if final else {}})
 
     timing: dict[str, Any] = {}
     if args.timing_steps:
@@ -363,8 +378,8 @@ def main(argv: list[str] | None = None) -> int:
                  truncated_rate=o["truncated_rate"])
     compare(rows, rft_row)
     best = pick_best(rows)
-    lp = next((r for r in rows if r["name"] == "length_penalty"), None)
-    vs = {r["name"]: versus(r, lp) for r in rows if lp and r["variant"] in ("dot", "drpo")}
+    lp_points = [r for r in rows if r["variant"] == "length_penalty"]
+    vs = {r["name"]: versus(r, nearest_in_tokens(r, lp_points)) for r in rows if lp_points and r["variant"] in ("dot", "drpo")}
     total = (time.perf_counter() - start) / 60
     report = {
         "meta": {"command": "python " + shlex.join(["benchmarks/compression.py", *(argv if argv is not None else sys.argv[1:])]),

@@ -64,6 +64,12 @@ def test_length_gate():
     assert torch.allclose(length_rewards.gated(r_len, c, h, "correct_helpful"), torch.tensor([0.8, 0.0, 0.0, 0.0]))
     with pytest.raises(ValueError, match="length gate"):
         length_rewards.gated(r_len, c, h, "helpful")
+    # groups of 2: the first has a good reply (row 0), so both its rows keep r_len; the second has none
+    assert torch.allclose(length_rewards.gated(r_len, c, h, "solved_group", 2), torch.tensor([0.8, 0.8, 0.0, 0.0]))
+    # groups of 4: one group, solved by row 0
+    assert torch.allclose(length_rewards.gated(r_len, c, h, "solved_group", 4), r_len)
+    with pytest.raises(ValueError, match="whole groups"):
+        length_rewards.gated(r_len, c, h, "solved_group", 3)
 
 
 # ---------------------------------------------------------------- SIRI schedules

@@ -259,8 +259,9 @@ def test_gated_brevity_column(liveshop_small):
     columns = {k: [v, v, v] for k, v in task_to_row(task).items()}
     # "ok" replies are correct and helpful; the cut one is neither; all three lie in the band [2, 4]
     completions, ids = ["ok", "wrong", "ok cut"], [[5, 2], [5, 6, 2], [5, 6, 7]]
+    ctx.group_size = 3
     for gate, expected in (("none", [1.0, 1.0, 1.0]), ("correct", [1.0, 0.0, 0.0]),
-                           ("correct_helpful", [1.0, 0.0, 0.0])):
+                           ("correct_helpful", [1.0, 0.0, 0.0]), ("solved_group", [1.0, 1.0, 1.0])):
         (brevity,) = make_reward_funcs(["brevity"], ctx, FakeJudge(lambda t: t.startswith("ok")),
                                        band={"gate": gate})
         assert brevity(completions, completion_ids=ids, **columns) == pytest.approx(expected), gate

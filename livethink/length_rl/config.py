@@ -42,8 +42,8 @@ class GRPOVariantConfig(GRPOConfig):
     band_lambda_up: float = field(default=0.4)
     band_epsilon: float | None = field(default=None, metadata={"help": "tokens; None = 0.5·L_ref"})
     length_gate: str = field(default="none", metadata={
-        "help": "baseline: r_len counts only for good replies: none (LiveThinking as written) | correct | "
-                "correct_helpful"})
+        "help": "baseline: where r_len counts: none (every reply, LiveThinking as written) | correct | "
+                "correct_helpful (only good replies) | solved_group (every reply of a group with a good one)"})
     # length_penalty
     length_penalty_alpha: float = field(default=0.5)
     length_penalty_l_max: int = field(default=0)

@@ -6,7 +6,9 @@
 - ``linear`` (DRPO's r_l, §2): r_l = 1 − L/C with C the maximum generation length.
 
 ``gated`` optionally multiplies a length term by a quality gate (C, or C∧H): as in Arora & Zanette, L1-Max and
-DRPO, only a good reply earns its brevity, so a short wrong reply never outscores a long wrong one.
+DRPO, only a good reply earns its brevity, so a short wrong reply never outscores a long wrong one. A milder gate,
+``solved_group``, keeps the term for every reply of a group with at least one good reply and drops it in groups
+with none (where it would be the only contrast).
 """
 
 from __future__ import annotations
@@ -30,17 +32,25 @@ def band(
     return torch.tensor(values, dtype=torch.float32)
 
 
-LENGTH_GATES = ("none", "correct", "correct_helpful")
+LENGTH_GATES = ("none", "correct", "correct_helpful", "solved_group")
 
 
-def gated(r_len: torch.Tensor, correct: torch.Tensor, helpful: torch.Tensor, gate: str) -> torch.Tensor:
-    """r_len·g with g = 1 (``none``), C (``correct``) or C·H (``correct_helpful``)."""
+def gated(r_len: torch.Tensor, correct: torch.Tensor, helpful: torch.Tensor, gate: str,
+          group_size: int | None = None) -> torch.Tensor:
+    """r_len·g with g = 1 (``none``), C (``correct``), C·H (``correct_helpful``), or for ``solved_group`` 1 for every
+    reply of a group (``group_size`` consecutive rows) in which at least one reply has C·H = 1, else 0: brevity is
+    learnt only on prompts the policy can already solve, where the quality contrast guards the useful lines."""
     if gate == "none":
         return r_len.float()
     if gate == "correct":
         return r_len.float() * correct.float()
     if gate == "correct_helpful":
         return r_len.float() * correct.float() * helpful.float()
+    if gate == "solved_group":
+        if not group_size or r_len.numel() % group_size:
+            raise ValueError(f"solved_group needs whole groups: {r_len.numel()} rows, group size {group_size}")
+        good = (correct.float() * helpful.float()).view(-1, group_size).amax(dim=1)
+        return r_len.float() * good.repeat_interleave(group_size)
     raise ValueError(f"length gate must be one of {', '.join(LENGTH_GATES)}, got {gate!r}")
 
 

@@ -58,6 +58,7 @@ class RewardContext:
     eos_ids: set[int] = field(default_factory=set)
     l_ref: float | None = None
     zero_reward_if_cut: bool = True
+    group_size: int | None = None  # completions per prompt (consecutive rows), for group-level gates
 
 
 def is_cut(ids: Sequence[int] | None, eos_ids: set[int]) -> bool:
@@ -107,7 +108,7 @@ def make_reward_funcs(names: Sequence[str], ctx: RewardContext, judge: Judge | d
         vs = verdicts(completions, completion_ids, columns)
         correct = torch.tensor([float(v.correct and not cut) for v, cut in vs])
         helpful = torch.tensor([float(v.helpful and not cut) for v, cut in vs])
-        values = length_rewards.gated(r_len, correct, helpful, gate).tolist()
+        values = length_rewards.gated(r_len, correct, helpful, gate, ctx.group_size).tolist()
         return [None if v.error else r for (v, _), r in zip(vs, values, strict=True)]
 
     def length_penalty(completions, completion_ids=None, **columns):

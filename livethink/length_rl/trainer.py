@@ -83,6 +83,7 @@ class LengthRLTrainer(GRPOTrainer):
         self.spec = cfg.spec
         self.reward_context = reward_context or RewardContext()
         self.reward_context.eos_ids = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        self.reward_context.group_size = self.num_generations
         if cfg.l_ref:
             self.reward_context.l_ref = float(cfg.l_ref)
         self.schedule = cfg.siri() if self.spec.length_cap_schedule else None
