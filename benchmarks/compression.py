@@ -151,9 +151,27 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return sorted(front, key=lambda i: points[i][0])
 
 
-def nearest_in_tokens(row: dict[str, Any], candidates: list[dict[str, Any]]) -> dict[str, Any]:
-    """The candidate closest to ``row`` in mean tokens (the fairest "equal tokens" comparison available)."""
-    return min(candidates, key=lambda c: abs(c["tokens"] - row["tokens"]))
+def versus_length_penalty(rows: list[dict[str, Any]], rft: dict[str, Any]) -> dict[str, str]:
+    """DOT's and DRPO's points against the length penalty at equal tokens: its curve runs from the RFT student
+    through its midpoint to its final checkpoint."""
+    curve = [rft, *(r for r in rows if r["variant"] == "length_penalty")]
+    if len(curve) < 2:
+        return {}
+    return {r["name"]: versus(r, interpolate_at(r["tokens"], curve)) for r in rows if r["variant"] in ("dot", "drpo")}
+
+
+def interpolate_at(tokens: float, curve: list[dict[str, Any]]) -> dict[str, Any]:
+    """A point on the piecewise-linear curve through ``curve`` (rows with tokens/correctness/helpfulness) at
+    ``tokens``; outside the curve's token range, its nearest end. Named after the two points it lies between."""
+    pts = sorted(curve, key=lambda r: r["tokens"])
+    if tokens <= pts[0]["tokens"] or len(pts) == 1:
+        return pts[0]
+    if tokens >= pts[-1]["tokens"]:
+        return pts[-1]
+    lo, hi = next((a, b) for a, b in zip(pts, pts[1:], strict=False) if a["tokens"] <= tokens <= b["tokens"])
+    w = (tokens - lo["tokens"]) / (hi["tokens"] - lo["tokens"]) if hi["tokens"] > lo["tokens"] else 0.0
+    return {"name": f"length_penalty interpolated between {lo['name']} and {hi['name']}", "tokens": tokens,
+            **{k: lo[k] + w * (hi[k] - lo[k]) for k in ("correctness", "helpfulness")}}
 
 
 def versus(a: dict[str, Any], b: dict[str, Any]) -> str:
@@ -162,7 +180,7 @@ def versus(a: dict[str, Any], b: dict[str, Any]) -> str:
     c_ok, h_ok = a["correctness"] >= b["correctness"], a["helpfulness"] >= b["helpfulness"]
     if fewer and c_ok and h_ok:
         return f"matches or beats {b['name']} (no more tokens, no less correctness and helpfulness)"
-    if not fewer and not c_ok and not h_ok:
+    if a["tokens"] >= b["tokens"] and not c_ok and not h_ok:
         return f"loses to {b['name']} (more tokens, less correctness and helpfulness)"
     return (f"trade-off with {b['name']}: tokens {a['tokens']:.0f} vs {b['tokens']:.0f}, correctness "
             f"{100 * a['correctness']:.1f}% vs {100 * b['correctness']:.1f}%, helpfulness {100 * a['helpfulness']:.1f}% vs "
@@ -285,6 +303,8 @@ def parse(argv: list[str] | None):
     p.add_argument("--resume", action="store_true",
                    help="resume/reuse the variant runs in --runs-dir (default: train each variant afresh)")
     p.add_argument("--out", default="benchmarks/results")
+    p.add_argument("--report-only", action="store_true",
+                   help="only redo the analysis and plots of the compression.json in --out (no training)")
     p.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more `livethink grpo` options, last")
     # internal: evaluate one model in a subprocess
     p.add_argument("--eval-one", help=argparse.SUPPRESS)
@@ -293,10 +313,36 @@ def parse(argv: list[str] | None):
     return p.parse_args(argv)
 
 
+def write_outputs(report: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "compression.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "compression.md").write_text(markdown(report))
+    plot(report["rows"], "correctness", out / "compression_correctness.png")
+    plot(report["rows"], "helpfulness", out / "compression_helpfulness.png")
+
+
+def rebuild_report(out: Path) -> int:
+    """Redo the analysis (deltas, best variant, DRPO/DOT vs the length penalty, plots) of a finished run's
+    ``compression.json`` without training or evaluating anything."""
+    path = out / "compression.json"
+    if not path.is_file():
+        print(f"no {path} to rebuild: run the benchmark first", file=sys.stderr)
+        return 2
+    report = json.loads(path.read_text())
+    rft_row, rows = report["rows"][0], report["rows"][1:]
+    compare(rows, rft_row)
+    report.update(best=pick_best(rows), vs_length_penalty=versus_length_penalty(rows, rft_row))
+    write_outputs(report, out)
+    print(markdown(report))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.eval_one:
         return eval_one(args)
+    if args.report_only:
+        return rebuild_report((ROOT / args.out).resolve())
     start = time.perf_counter()
     args.rft, args.data_dir = (ROOT / args.rft).resolve(), (ROOT / args.data_dir).resolve()
     if not (args.rft / "config.json").is_file():
@@ -378,8 +424,7 @@ def main(argv: list[str] | None = None) -> int:
                  truncated_rate=o["truncated_rate"])
     compare(rows, rft_row)
     best = pick_best(rows)
-    lp_points = [r for r in rows if r["variant"] == "length_penalty"]
-    vs = {r["name"]: versus(r, nearest_in_tokens(r, lp_points)) for r in rows if lp_points and r["variant"] in ("dot", "drpo")}
+    vs = versus_length_penalty(rows, rft_row)
     total = (time.perf_counter() - start) / 60
     report = {
         "meta": {"command": "python " + shlex.join(["benchmarks/compression.py", *(argv if argv is not None else sys.argv[1:])]),
@@ -391,11 +436,7 @@ def main(argv: list[str] | None = None) -> int:
                  "total_wall_min": round(total, 1)},
         "rows": [rft_row, *rows], "best": best, "vs_length_penalty": vs, "rollout_timing": timing,
     }
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "compression.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "compression.md").write_text(markdown(report))
-    plot(report["rows"], "correctness", out / "compression_correctness.png")
-    plot(report["rows"], "helpfulness", out / "compression_helpfulness.png")
+    write_outputs(report, out)
     from livethink.eval.report import write_report
 
     write_report(results, out / "compression", "Compression variants on the test split",

@@ -30,16 +30,43 @@ def test_compare_and_pick_best():
     assert bench.pick_best(rows[1:2])["name"] == "b"  # none keeps quality: the most compressed
 
 
-def test_pareto_front_and_nearest_length_penalty_point():
+def test_pareto_front():
     assert bench.pareto_front([(100, 40), (120, 35), (80, 30), (80, 20)]) == [2, 0]
-    lp = [row("length_penalty@8", 180.0, 0.4, 0.3), row("length_penalty", 120.0, 0.3, 0.2)]
-    drpo = row("drpo", 170.0, 0.42, 0.31)
-    assert bench.nearest_in_tokens(drpo, lp)["name"] == "length_penalty@8"
-    assert bench.versus(drpo, lp[0]).startswith("matches or beats length_penalty@8")
-    assert bench.versus(row("dot", 190.0, 0.3, 0.2), lp[0]).startswith("loses to length_penalty@8")
-    assert bench.versus(row("dot", 100.0, 0.3, 0.2), lp[0]).startswith("trade-off with length_penalty@8")
+
+
+def test_dot_and_drpo_against_the_length_penalty_curve_at_equal_tokens():
+    lp_mid, lp = row("length_penalty@8", 150.0, 0.30, 0.20), row("length_penalty", 100.0, 0.20, 0.10)
+    # halfway between the RFT student (200 tokens, 40% / 30%) and the midpoint (150, 30% / 20%)
+    at_175 = bench.interpolate_at(175.0, [RFT, lp_mid, lp])
+    assert at_175["correctness"] == pytest.approx(0.35) and at_175["helpfulness"] == pytest.approx(0.25)
+    assert "between length_penalty@8 and rft" in at_175["name"]
+    assert bench.interpolate_at(90.0, [RFT, lp_mid, lp]) is lp  # beyond the curve: its nearest end
+    rows = [lp_mid, lp, row("drpo", 175.0, 0.36, 0.26), row("dot", 125.0, 0.20, 0.10), row("dot@8", 120.0, 0.3, 0.1)]
+    vs = bench.versus_length_penalty(rows, RFT)
+    assert vs["drpo"].startswith("matches or beats")  # 36% / 26% vs 35% / 25% at 175 tokens
+    assert vs["dot"].startswith("loses")  # 20% / 10% vs 25% / 15% at 125 tokens
+    assert vs["dot@8"].startswith("trade-off")  # more correct (30% vs 23%), less helpful (10% vs 13%)
+    assert bench.versus_length_penalty(rows[2:], RFT) == {}  # no length-penalty run: nothing to compare with
 
 
 @pytest.mark.parametrize("flag, expected", [([], True), (["--no-eval-midpoint"], False)])
 def test_midpoint_evaluation_is_on_by_default(flag, expected):
     assert bench.parse(flag).eval_midpoint is expected
+
+
+def test_report_only_redoes_the_analysis_of_a_finished_run(tmp_path):
+    import json
+
+    meta = {"command": "python benchmarks/compression.py", "machine": "x", "threads": 2, "date": "d", "total_wall_min": 1.0,
+            "steps": 2, "prompts_per_step": 8, "generations": 4, "max_completion_length": 384, "lr": 0.002,
+            "rollouts": "transformers", "eval_tasks": 200, "eval_max_tokens": 768, "calculator": True}
+    rows = [dict(RFT, truncated_rate=0.0), dict(row("length_penalty", 100.0, 0.2, 0.1), truncated_rate=0.0),
+            dict(row("drpo", 150.0, 0.35, 0.25), truncated_rate=0.0)]
+    (tmp_path / "compression.json").write_text(json.dumps({"meta": meta, "rows": rows, "rollout_timing": {}}))
+    assert bench.main(["--report-only", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "compression.json").read_text())
+    assert report["best"]["name"] == "length_penalty" and report["rows"][2]["token_reduction"] == 0.25
+    assert report["vs_length_penalty"]["drpo"].startswith("matches or beats")  # 35% / 25% vs 30% / 20% at 150
+    assert "**Best variant**: length_penalty" in (tmp_path / "compression.md").read_text()
+    assert (tmp_path / "compression_correctness.png").stat().st_size > 0
+    assert bench.main(["--report-only", "--out", str(tmp_path / "none")]) == 2
