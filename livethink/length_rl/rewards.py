@@ -90,6 +90,11 @@ def make_reward_funcs(names: Sequence[str], ctx: RewardContext, judge: Judge | d
         ids = completion_ids if completion_ids is not None else [None] * len(completions)
         return [(v, ctx.zero_reward_if_cut and is_cut(i, ctx.eos_ids)) for v, i in zip(scored, ids, strict=True)]
 
+    def quality(vs: list[tuple[Verdict, bool]]) -> tuple[torch.Tensor, torch.Tensor]:
+        """(C, H) per completion as 0/1 tensors, 0 for a cut one."""
+        return (torch.tensor([float(v.correct and not cut) for v, cut in vs]),
+                torch.tensor([float(v.helpful and not cut) for v, cut in vs]))
+
     def correctness(completions, completion_ids=None, **columns):
         return [None if v.error else float(v.correct and not cut) for v, cut in verdicts(completions, completion_ids, columns)]
 
@@ -106,14 +111,12 @@ def make_reward_funcs(names: Sequence[str], ctx: RewardContext, judge: Judge | d
         if gate == "none":
             return r_len.tolist()
         vs = verdicts(completions, completion_ids, columns)
-        correct = torch.tensor([float(v.correct and not cut) for v, cut in vs])
-        helpful = torch.tensor([float(v.helpful and not cut) for v, cut in vs])
-        values = length_rewards.gated(r_len, correct, helpful, gate, ctx.group_size).tolist()
+        values = length_rewards.gated(r_len, *quality(vs), gate, ctx.group_size).tolist()
         return [None if v.error else r for (v, _), r in zip(vs, values, strict=True)]
 
     def length_penalty(completions, completion_ids=None, **columns):
         vs = verdicts(completions, completion_ids, columns)
-        correct = torch.tensor([float(v.correct and not cut) for v, cut in vs])
+        correct, _ = quality(vs)
         lengths = torch.tensor(_lengths(completions, completion_ids))
         values = length_rewards.length_penalty(correct, lengths, penalty["l_max"], penalty["alpha"]).tolist()
         return [None if v.error else r for (v, _), r in zip(vs, values, strict=True)]

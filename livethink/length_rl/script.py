@@ -43,8 +43,7 @@ def build_trainer(cfg: GRPOVariantConfig, dataset: Dataset | None = None):
         os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.vllm_cpu_kvcache_gb))
     tokenizer = load_tokenizer_for(cfg.model_name_or_path)
     tokenizer.padding_side = "left"
-    ctx = RewardContext(l_ref=cfg.l_ref or None, zero_reward_if_cut=cfg.zero_reward_if_cut,
-                        group_size=cfg.num_generations)
+    ctx = RewardContext(l_ref=cfg.l_ref or None, zero_reward_if_cut=cfg.zero_reward_if_cut)
     funcs = make_reward_funcs(
         cfg.spec.rewards, ctx, judge_config(cfg),
         band={"lambda_low": cfg.band_lambda_low, "lambda_up": cfg.band_lambda_up, "epsilon": cfg.band_epsilon,

@@ -99,11 +99,11 @@ class LengthRLTrainer(GRPOTrainer):
             from livethink.models.freezing import freeze_routers
 
             logger.info("froze %d router parameters", freeze_routers(self.model))
-        self._calculator_char_ids: dict[str, int] | None = None
         if cfg.calculator:  # the config refuses calculator + vLLM rollouts
-            from livethink.calculator.processors import with_calculator
+            from livethink.calculator.processors import result_char_token_ids, with_calculator
 
             with_calculator(self.model, self._tokenizer)
+            self._calculator_char_ids = result_char_token_ids(self._tokenizer)
         if self.use_vllm and self.vllm_mode == "colocate" and self.accelerator.device.type == "cpu":
             from livethink.length_rl.vllm_sync import patch_cpu_weight_sync
 
@@ -224,10 +224,8 @@ class LengthRLTrainer(GRPOTrainer):
     def _mask_calculator_tokens(self, output: dict[str, Any]) -> None:
         """Leave the calculator's forced digits out of the loss, as RL does with tool output: the policy did not
         choose them, and their gradient (large where the policy disagreed) would be noise on its own skills."""
-        from livethink.calculator.processors import forced_mask, result_char_token_ids
+        from livethink.calculator.processors import forced_mask
 
-        if self._calculator_char_ids is None:
-            self._calculator_char_ids = result_char_token_ids(self._tokenizer)
         completion_ids, completion_mask = output["completion_ids"], output["completion_mask"]
         forced = torch.zeros_like(completion_mask)
         for row in range(completion_ids.shape[0]):
