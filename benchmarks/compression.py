@@ -70,7 +70,8 @@ def eval_cmd(args, model: Path, name: str, out_json: Path) -> list[str]:
 
 
 def eval_one(args) -> int:
-    """(Subprocess) evaluate one model dir on the test split; write the harness result + per-sample rows."""
+    """(Subprocess) evaluate one model dir on the test split; write the harness result + per-sample rows (with
+    each completion's text, to read what a variant learnt)."""
     from livethink.data.io import read_tasks
     from livethink.eval.harness import evaluate_model
     from livethink.eval.metrics import sample_dicts
@@ -79,11 +80,12 @@ def eval_one(args) -> int:
     tasks = read_tasks(Path(args.data_dir) / "test.jsonl")
     tasks = tasks[: args.eval_n] if args.eval_n else tasks
     start = time.perf_counter()
-    result, samples, _ = evaluate_model(args.eval_one, tasks, RubricJudge(), engine=args.engine,
-                                        max_tokens=args.eval_max_tokens, latency_probes=args.latency_probes,
-                                        name=args.eval_name, calculator=args.calculator)
+    result, samples, completions = evaluate_model(args.eval_one, tasks, RubricJudge(), engine=args.engine,
+                                                  max_tokens=args.eval_max_tokens, latency_probes=args.latency_probes,
+                                                  name=args.eval_name, calculator=args.calculator)
     result["eval_wall_s"] = round(time.perf_counter() - start, 1)
-    Path(args.eval_out).write_text(json.dumps({"result": result, "samples": sample_dicts(samples)}) + "\n")
+    rows = [row | {"completion": completions[row["task_id"]][0]} for row in sample_dicts(samples)]
+    Path(args.eval_out).write_text(json.dumps({"result": result, "samples": rows}) + "\n")
     return 0
 
 
