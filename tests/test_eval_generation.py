@@ -25,7 +25,17 @@ def test_batched_generation_with_padding(student_dir, liveshop_small):
     assert [g.task_id for g in generations] == [t.id for t in tasks]
     assert all(g.finish_reason in ("stop", "length") for g in generations)
     probes = generator.probe_latency(tasks[:1], max_tokens=3)
-    assert probes[0].e2e_s >= probes[0].ttft_s > 0
+    assert probes[0].ttft_s > 0 and probes[0].e2e_s > 0  # not ordered: a reply that stops at once times like one token
+
+
+def test_forced_start_begins_the_completion_of_its_task_only(student_dir, liveshop_small):
+    tasks = liveshop_small.tasks["test"][:2]
+    generator = TransformersGenerator(student_dir, batch_size=1)  # no padding: greedy output per task is fixed
+    plain = generator.generate(tasks, max_tokens=4)
+    forced = generator.generate(tasks, max_tokens=4, starts={tasks[0].id: "<think>\nProduct"})
+    assert forced[0].completion.startswith("<think>\nProduct")
+    assert len(forced[0].completion) > len("<think>\nProduct")  # the model went on from the forced start
+    assert forced[1].completion == plain[1].completion
 
 
 def test_make_generator_rejects_missing_dir(tmp_path):

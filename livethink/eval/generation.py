@@ -7,7 +7,7 @@ viewer sees on an idle engine): end to end for the full reply, and time to first
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -29,8 +29,11 @@ class LatencyProbe:
     e2e_s: float
 
 
-def prompt_texts(tokenizer, tasks: Sequence[Task]) -> list[str]:
-    return [tokenizer.apply_chat_template(build_messages(t), tokenize=False, add_generation_prompt=True) for t in tasks]
+def prompt_texts(tokenizer, tasks: Sequence[Task], starts: Mapping[str, str] | None = None) -> list[str]:
+    """Chat-templated prompts; ``starts`` (task id -> text) forces the first characters of a task's completion."""
+    starts = starts or {}
+    return [tokenizer.apply_chat_template(build_messages(t), tokenize=False, add_generation_prompt=True)
+            + starts.get(t.id, "") for t in tasks]
 
 
 def resolve_engine(engine: str) -> str:
@@ -67,9 +70,14 @@ class VLLMGenerator:
         return SamplingParams(max_tokens=max_tokens, temperature=temperature, skip_special_tokens=True,
                               extra_args=self.extra_args)
 
-    def generate(self, tasks: Sequence[Task], max_tokens: int, temperature: float = 0.0) -> list[Generation]:
-        outputs = self.llm.generate(prompt_texts(self.tokenizer, tasks), self._params(max_tokens, temperature), use_tqdm=True)
-        return [Generation(t.id, o.outputs[0].text, o.outputs[0].finish_reason or "stop") for t, o in zip(tasks, outputs, strict=True)]
+    def generate(self, tasks: Sequence[Task], max_tokens: int, temperature: float = 0.0,
+                 starts: Mapping[str, str] | None = None) -> list[Generation]:
+        """One completion per task. ``starts``: task id -> forced first characters, included in the completion."""
+        starts = starts or {}
+        outputs = self.llm.generate(prompt_texts(self.tokenizer, tasks, starts), self._params(max_tokens, temperature),
+                                    use_tqdm=True)
+        return [Generation(t.id, starts.get(t.id, "") + o.outputs[0].text, o.outputs[0].finish_reason or "stop")
+                for t, o in zip(tasks, outputs, strict=True)]
 
     def probe_latency(self, tasks: Sequence[Task], max_tokens: int) -> list[LatencyProbe]:
         probes = []
@@ -117,10 +125,13 @@ class TransformersGenerator:
             )
         return out[:, enc["input_ids"].shape[1]:]
 
-    def generate(self, tasks: Sequence[Task], max_tokens: int, temperature: float = 0.0) -> list[Generation]:
+    def generate(self, tasks: Sequence[Task], max_tokens: int, temperature: float = 0.0,
+                 starts: Mapping[str, str] | None = None) -> list[Generation]:
+        """One completion per task. ``starts``: task id -> forced first characters, included in the completion."""
         from tqdm import tqdm
 
-        prompts = prompt_texts(self.tokenizer, tasks)
+        starts = starts or {}
+        prompts = prompt_texts(self.tokenizer, tasks, starts)
         results: list[Generation] = []
         eos = self.tokenizer.eos_token_id
         for i in tqdm(range(0, len(prompts), self.batch_size), desc="generating", unit="batch"):
@@ -129,7 +140,7 @@ class TransformersGenerator:
                 ids = ids.tolist()
                 finished = eos in ids
                 text = self.tokenizer.decode(ids, skip_special_tokens=True)
-                results.append(Generation(task.id, text, "stop" if finished else "length"))
+                results.append(Generation(task.id, starts.get(task.id, "") + text, "stop" if finished else "length"))
         return results
 
     def probe_latency(self, tasks: Sequence[Task], max_tokens: int) -> list[LatencyProbe]:
