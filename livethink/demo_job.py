@@ -45,7 +45,8 @@ class Settings:
         if quick:
             return cls(workdir / "artifacts/quick", workdir / "runs/quick", 1000, 100, 300, 1.0, 20, 3, 40, 4,
                        eval_engine="transformers", eval_max_tokens=256, grpo_max_completion=192)
-        return cls(workdir / "artifacts/tiny", workdir / "runs/tiny", 5000, 500, 5000, 2.5, 200, 40, 200)
+        # 48 GRPO steps: the compression benchmark's budget, so the demo's DRPO arm is the benchmark's DRPO run
+        return cls(workdir / "artifacts/tiny", workdir / "runs/tiny", 5000, 500, 5000, 2.5, 200, 48, 200)
 
     @property
     def data(self) -> Path:
