@@ -96,6 +96,33 @@ def deltas(rows: list[dict[str, Any]]) -> None:
 # ---------------------------------------------------------------- one model (subprocess)
 
 
+def first_token_shares(model_dir: str, tasks, top: int = 6) -> dict[str, float]:
+    """Mean probability of each token that opens the reasoning (the token after ``<think>\n``) over ``tasks``:
+    the ``top`` most likely on average, plus "other"."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from livethink.data.prompt import THINK_OPEN
+    from livethink.eval.generation import prompt_texts
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, output_router_logits=False).eval()
+    total = None
+    with torch.no_grad():
+        for text in prompt_texts(tokenizer, tasks, {t.id: f"{THINK_OPEN}\n" for t in tasks}):
+            ids = tokenizer(text, return_tensors="pt", add_special_tokens=False).input_ids
+            probs = model(ids).logits[0, -1].softmax(-1)
+            total = probs if total is None else total + probs
+    mean = total / len(tasks)
+    values, indices = mean.topk(top)
+    shares: dict[str, float] = {}
+    for value, index in zip(values.tolist(), indices.tolist(), strict=True):
+        key = tokenizer.decode([index]).strip() or f"#{index}"
+        shares[f"{key}#{index}" if key in shares else key] = round(value, 4)  # two ids can decode alike
+    shares["other"] = round(max(0.0, 1.0 - sum(values.tolist())), 4)
+    return shares
+
+
 def eval_model(args) -> int:
     from livethink.data.io import read_tasks
     from livethink.eval.generation import make_generator
@@ -121,7 +148,8 @@ def eval_model(args) -> int:
         floor = floor_tokens(tasks, count)
     finally:
         generator.close()
-    Path(args.eval_out).write_text(json.dumps({"rows": rows, "floor": floor}) + "\n")
+    shares = first_token_shares(args.eval_one, tasks)
+    Path(args.eval_out).write_text(json.dumps({"rows": rows, "floor": floor, "first_token": shares}) + "\n")
     return 0
 
 
@@ -153,6 +181,11 @@ def markdown(report: dict[str, Any]) -> str:
         free = next(r for r in report["rows"] if r["model"] == name and r["mode"] == "free")["tokens"]
         lines.append(f"| {name} | {free} | {floor['minimal']} | {100 * floor['minimal'] / free:.1f}% | "
                      f"{floor['minimal_with_opener']} | {100 * floor['minimal_with_opener'] / free:.1f}% |")
+    if report.get("first_token"):
+        lines += ["", "What each model writes first when free: the mean probability of the token after `<think>` "
+                  "over the same tasks (the six most likely tokens on average).", ""]
+        for name, shares in report["first_token"].items():
+            lines.append(f"- **{name}**: " + ", ".join(f"`{tok}` {100 * p:.1f}%" for tok, p in shares.items()))
     return "\n".join(lines) + "\n\n![correctness vs tokens by forced start](opener_ablation.png)\n"
 
 
@@ -223,7 +256,7 @@ def main(argv: list[str] | None = None) -> int:
     out.mkdir(parents=True, exist_ok=True)
     Path(args.runs_dir).mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    rows, floors = [], {}
+    rows, floors, first_tokens = [], {}, {}
     for model, name in zip(models, names, strict=True):
         part = Path(args.runs_dir) / (re.sub(r"[^A-Za-z0-9_.@-]+", "_", name).strip("_") + ".json")
         cmd = [sys.executable, str(Path(__file__).resolve()), "--eval-one", model, "--eval-name", name,
@@ -235,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
         result = json.loads(part.read_text())
         rows += result["rows"]
         floors[name] = result["floor"]
+        first_tokens[name] = result["first_token"]
     deltas(rows)
 
     from livethink.data.io import read_tasks
@@ -246,7 +280,7 @@ def main(argv: list[str] | None = None) -> int:
                  "date": time.strftime("%Y-%m-%d %H:%M"), "wall_min": round((time.perf_counter() - start) / 60, 1),
                  "n": rows[0]["n"], "calculator": args.calculator},
         "examples": {mode: forced_start(example, mode) for mode in MODES}, "example_kind": example.kind,
-        "rows": rows, "floors": floors,
+        "rows": rows, "floors": floors, "first_token": first_tokens,
     }
     (out / "opener_ablation.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "opener_ablation.md").write_text(markdown(report))

@@ -56,3 +56,16 @@ def test_deltas_against_the_free_row():
     bench.deltas(rows)
     assert (rows[1]["d_correctness_pts"], rows[1]["d_helpfulness_pts"], rows[1]["token_saving"]) == (-5.0, 2.0, 0.25)
     assert rows[0]["token_saving"] == 0.0
+
+
+def test_first_token_shares_sum_to_one(tmp_path, liveshop_small):
+    from livethink.models.student import StudentConfig, create_student, save_student
+    from livethink.models.tokenizer import corpus_from_tasks, train_tokenizer
+
+    tokenizer = train_tokenizer(corpus_from_tasks(liveshop_small.tasks["train"][:100]), vocab_size=400)
+    config = StudentConfig(num_hidden_layers=1, hidden_size=32, head_dim=8, moe_intermediate_size=32, num_experts=4)
+    save_student(create_student(config, tokenizer), tokenizer, tmp_path, config)
+    shares = bench.first_token_shares(str(tmp_path), liveshop_small.tasks["test"][:3], top=4)
+    assert len(shares) == 5 and "other" in shares
+    assert sum(shares.values()) == pytest.approx(1.0, abs=1e-3)
+    assert list(shares.values())[:4] == sorted(list(shares.values())[:4], reverse=True)
