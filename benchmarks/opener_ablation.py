@@ -42,15 +42,22 @@ DEFAULT_MODELS = (("runs/tiny/rft/final", "rft"), ("runs/tiny/bench/baseline/fin
 # ---------------------------------------------------------------- pure parts
 
 
+def shortest_opener() -> str:
+    """The teacher's shortest opener template (``{q}`` is the question): the one RL converges to."""
+    from livethink.rft_distill.teachers.scripted import OPENERS
+
+    return min(OPENERS, key=len)
+
+
 def forced_start(task, mode: str) -> str:
     """The completion's forced first characters for ``mode`` ("" for ``free``)."""
     from livethink.data.prompt import THINK_OPEN
-    from livethink.rft_distill.teachers.scripted import GOALS, HISTORY, OPENERS, minimal_trace
+    from livethink.rft_distill.teachers.scripted import GOALS, HISTORY, minimal_trace
 
     if mode == "free":
         return ""
     if mode == "opener":
-        first = min(OPENERS, key=len).split("{q}")[0]
+        first = shortest_opener().split("{q}")[0]
     elif mode == "goal_first":
         first = GOALS.get(task.kind, GOALS["attribute"]).split()[0]
     elif mode == "useful_first":
@@ -73,11 +80,12 @@ def with_opener(completion: str, opener: str) -> str:
 
 def floor_tokens(tasks, count) -> dict[str, float]:
     """Mean tokens of the teacher's minimal correct completion, without and with the shortest opener."""
-    from livethink.rft_distill.teachers.scripted import OPENERS, minimal_completion
+    from livethink.rft_distill.teachers.scripted import minimal_completion
 
-    opener = min(OPENERS, key=len)
-    bare = [count(minimal_completion(t)) for t in tasks]
-    opened = [count(with_opener(minimal_completion(t), opener.format(q=t.question))) for t in tasks]
+    opener = shortest_opener()
+    minimal = [(t, minimal_completion(t)) for t in tasks]
+    bare = [count(text) for _, text in minimal]
+    opened = [count(with_opener(text, opener.format(q=t.question))) for t, text in minimal]
     return {"minimal": round(statistics.mean(bare), 1), "minimal_with_opener": round(statistics.mean(opened), 1)}
 
 
