@@ -243,3 +243,26 @@ def test_habitual_sentences_are_sampled_not_certain(tasks):
     for name, options in stems.items():
         present = sum(any(o in s.reasoning for o in options) for s in samples) / len(samples)
         assert 0.8 <= present <= 0.97, (name, present)
+
+
+def test_opener_rate_sets_how_often_the_question_is_restated_and_changes_nothing_else(tasks):
+    from livethink.rft_distill.teachers.scripted import OPENERS
+
+    stems = [o.split("{q}")[0] for o in OPENERS]
+    sampling = SamplingConfig(temperature=1.0, seed=2)
+
+    def reasonings(**options) -> list[str]:
+        return [s.reasoning for b in ScriptedTeacher(**options).generate(tasks, 4, sampling) for s in b]
+
+    def without_opener(text: str) -> str:
+        first, _, rest = text.partition("\n")
+        return rest if any(first.startswith(stem) for stem in stems) else text
+
+    default, half, never = reasonings(), reasonings(opener_rate=0.5), reasonings(opener_rate=0.0)
+    share = lambda texts: sum(t != without_opener(t) for t in texts) / len(texts)  # noqa: E731
+    assert 0.8 <= share(default) <= 0.97 and 0.4 <= share(half) <= 0.6 and share(never) == 0.0
+    assert share(reasonings(opener_rate=1.0)) == 1.0
+    # same random draws: each trace is the default one, with or without its opener
+    assert [without_opener(t) for t in half] == [without_opener(t) for t in default] == never
+    with pytest.raises(ValueError, match="opener_rate"):
+        ScriptedTeacher(opener_rate=1.5)

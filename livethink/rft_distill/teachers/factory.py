@@ -31,7 +31,7 @@ def make_teacher(config: dict[str, Any] | Teacher) -> Teacher:
     if kind == "scripted":
         from livethink.rft_distill.teachers.scripted import ScriptedTeacher
 
-        allowed = {"error_rate", "verbosity", "name"}
+        allowed = {"error_rate", "verbosity", "name", "opener_rate"}
         unknown = sorted(set(options) - allowed)
         if unknown:
             raise ValueError(f"unknown scripted teacher option(s) {unknown}; known: {sorted(allowed)}")

@@ -161,13 +161,18 @@ def _invented(task: Task, rng: random.Random) -> str:
 class ScriptedTeacher:
     """See the module docstring. ``generate`` is deterministic for a given ``SamplingConfig.seed``."""
 
-    def __init__(self, error_rate: float = 0.15, verbosity: float = 1.0, name: str = "scripted"):
+    def __init__(self, error_rate: float = 0.15, verbosity: float = 1.0, name: str = "scripted",
+                 opener_rate: float | None = None):
+        """``opener_rate``: how often a trace restates the question (default: as often as the other habits)."""
         if not 0.0 <= error_rate <= 1.0:
             raise ValueError(f"error_rate must be in [0, 1], got {error_rate}")
         if verbosity < 0:
             raise ValueError(f"verbosity must be >= 0, got {verbosity}")
+        if opener_rate is not None and not 0.0 <= opener_rate <= 1.0:
+            raise ValueError(f"opener_rate must be in [0, 1], got {opener_rate}")
         self.error_rate = error_rate
         self.verbosity = verbosity
+        self.opener_rate = opener_rate
         self.name = name
 
     def generate(self, tasks: Sequence[Task], k: int, sampling: SamplingConfig | None = None) -> Iterator[list[Sample]]:
@@ -216,8 +221,14 @@ class ScriptedTeacher:
 
         # Even the habitual sentences (restating the question, the goal, the lead-ins) are left out now and then,
         # as in a sampled LLM: stage-2 RL can only reinforce the shorter traces the student ever samples.
-        if habit():
-            out.append(rng.choice(OPENERS).format(q=task.question))
+        # The opener is drawn as at the default rate and then kept at ``opener_rate``: a rate up to the default
+        # one changes nothing else in a trace, so a student trained on them differs only in the opener.
+        habit_p = _prob(HABIT_BASE, HABIT_SLOPE, t, v)
+        keep_p = habit_p if self.opener_rate is None else self.opener_rate
+        draw = rng.random()
+        opener = rng.choice(OPENERS) if draw < max(habit_p, keep_p) else None
+        if opener is not None and draw < keep_p:
+            out.append(opener.format(q=task.question))
         if habit():
             out.append(GOALS.get(task.kind, GOALS["attribute"]))
         viewer = [turn.content for turn in task.history if turn.role == "viewer"]
