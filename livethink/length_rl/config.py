@@ -77,7 +77,7 @@ class GRPOVariantConfig(GRPOConfig):
     # rollouts
     calculator: bool = field(default=False, metadata={
         "help": "calculator-assisted rollouts (livethink.calculator): the digits after a sum's '=' are computed; "
-                "transformers rollouts only"})
+                "transformers or colocated vLLM rollouts"})
     # rollouts on CPU
     vllm_cpu_kvcache_gb: int = field(default=1, metadata={"help": "VLLM_CPU_KVCACHE_SPACE for colocated vLLM on CPU"})
     vllm_cpu_unsafe_moe_sync: bool = field(default=False, metadata={
@@ -95,8 +95,13 @@ class GRPOVariantConfig(GRPOConfig):
         if self.judge == "llm" and not (self.judge_base_url and self.judge_model):
             raise ValueError("judge_base_url and judge_model are required when judge=llm")
         if self.calculator and self.use_vllm:
-            raise ValueError("calculator: only transformers rollouts are calculator-assisted; set use_vllm: false "
-                             "or calculator: false")
+            if self.vllm_mode != "colocate":
+                raise ValueError("calculator: vLLM rollouts are calculator-assisted in colocate mode only (a vLLM "
+                                 "server would need livethink's logits processor); set vllm_mode: colocate, "
+                                 "use_vllm: false or calculator: false")
+            from livethink.length_rl.vllm_calculator import calculator_generation_kwargs
+
+            self.generation_kwargs = calculator_generation_kwargs(self.generation_kwargs)
         if self.length_gate not in LENGTH_GATES:
             raise ValueError(f"length_gate must be one of {', '.join(LENGTH_GATES)}, got {self.length_gate!r}")
         if self.drpo_positive not in ("correct", "correct_helpful"):

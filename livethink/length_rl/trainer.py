@@ -75,10 +75,14 @@ class LengthRLTrainer(GRPOTrainer):
     """GRPO with one of the length-compression variants (``args.variant``)."""
 
     def __init__(self, *args: Any, reward_context: RewardContext | None = None, **kwargs: Any):
+        from livethink.length_rl.vllm_calculator import calculator_in_colocated_llm
         from livethink.length_rl.vllm_sync import check_cpu_colocate
 
-        check_cpu_colocate(kwargs.get("args"), kwargs.get("model"))
-        super().__init__(*args, **kwargs)
+        args_in = kwargs.get("args")
+        check_cpu_colocate(args_in, kwargs.get("model"))
+        with calculator_in_colocated_llm(enabled=bool(getattr(args_in, "calculator", False)
+                                                      and getattr(args_in, "use_vllm", False))):
+            super().__init__(*args, **kwargs)
         cfg: GRPOVariantConfig = self.args
         self.spec = cfg.spec
         self.reward_context = reward_context or RewardContext()
@@ -99,10 +103,14 @@ class LengthRLTrainer(GRPOTrainer):
             from livethink.models.freezing import freeze_routers
 
             logger.info("froze %d router parameters", freeze_routers(self.model))
-        if cfg.calculator:  # the config refuses calculator + vLLM rollouts
+        if cfg.calculator:
             from livethink.calculator.processors import result_char_token_ids, with_calculator
+            from livethink.length_rl.vllm_calculator import patch_forced_logprobs
 
-            with_calculator(self.model, self._tokenizer)
+            if self.use_vllm:  # the engine got the processor above, the requests its flag (config)
+                patch_forced_logprobs(self.vllm_generation, self._tokenizer)
+            else:
+                with_calculator(self.model, self._tokenizer)
             self._calculator_char_ids = result_char_token_ids(self._tokenizer)
         if self.use_vllm and self.vllm_mode == "colocate" and self.accelerator.device.type == "cpu":
             from livethink.length_rl.vllm_sync import patch_cpu_weight_sync

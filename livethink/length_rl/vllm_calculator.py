@@ -1,0 +1,74 @@
+"""Calculator-assisted rollouts in TRL's colocated vLLM engine (thin plumbing, no fork of TRL).
+
+Three pieces:
+
+- ``calculator_in_colocated_llm``: while the trainer builds its engine, TRL's ``LLM`` constructor gets livethink's
+  vLLM logits processor (``VLLMCalculatorLogitsProcessor``). It only acts on requests that ask for it.
+- ``calculator_generation_kwargs``: each rollout request asks for it (``SamplingParams.extra_args``, passed through
+  TRL's ``generation_kwargs``).
+- ``patch_forced_logprobs``: the digits the calculator forced come back with NaN sampling log-probs. TRL treats
+  NaN as "vLLM could not score this token": importance ratio 1 and no part in its divergence metrics. Left as
+  vLLM reports them (log-prob 0: the processor left one token possible), they would enter TRL's default
+  sequence-level importance ratio and scale the whole rollout's loss by the probability the policy gave the
+  digits, often close to zero. The trainer already leaves the forced digits out of the loss (``tool_mask``).
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import types
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+from livethink.calculator.processors import REQUEST_FLAG, forced_mask, result_char_token_ids
+
+
+@contextmanager
+def calculator_in_colocated_llm(enabled: bool = True) -> Iterator[None]:
+    """Inside the block, engines that TRL's ``VLLMGeneration`` builds load the calculator logits processor."""
+    if not enabled:
+        yield
+        return
+    from trl.generation import vllm_generation
+
+    from livethink.calculator.vllm_processor import VLLMCalculatorLogitsProcessor
+
+    original = vllm_generation.LLM
+    vllm_generation.LLM = functools.partial(original, logits_processors=[VLLMCalculatorLogitsProcessor])
+    try:
+        yield
+    finally:
+        vllm_generation.LLM = original
+
+
+def calculator_generation_kwargs(generation_kwargs: dict[str, Any] | None) -> dict[str, Any]:
+    """``generation_kwargs`` (TRL's extra ``SamplingParams``) with the calculator turned on for every request."""
+    merged = dict(generation_kwargs or {})
+    merged["extra_args"] = {**(merged.get("extra_args") or {}), REQUEST_FLAG: True}
+    return merged
+
+
+def nan_forced_logprobs(logprobs: list[list[list[float]]], forced: list[list[bool]]) -> list[list[list[float]]]:
+    """Per completion and token, the top-k sampling log-probs, NaN where the calculator forced the token."""
+    return [[[math.nan] * len(top) if is_forced else top for top, is_forced in zip(seq, mask, strict=True)]
+            for seq, mask in zip(logprobs, forced, strict=True)]
+
+
+def patch_forced_logprobs(generation: Any, tokenizer: Any) -> None:
+    """Wrap ``generation.generate`` (a TRL ``VLLMGeneration``) so forced digits report NaN sampling log-probs."""
+    char_ids = result_char_token_ids(tokenizer)
+    original = generation.generate
+
+    def generate(self, *args: Any, **kwargs: Any) -> tuple:
+        prompt_ids, completion_ids, logprobs, logprob_token_ids = original(*args, **kwargs)
+        if logprobs is not None:
+            per_prompt = len(completion_ids) // max(len(prompt_ids), 1)  # server mode: one prompt, n completions
+            prompts = [prompt for prompt in prompt_ids for _ in range(per_prompt)]
+            forced = [forced_mask(tokenizer, char_ids, prompt, completion)
+                      for prompt, completion in zip(prompts, completion_ids, strict=True)]
+            logprobs = nan_forced_logprobs(logprobs, forced)
+        return prompt_ids, completion_ids, logprobs, logprob_token_ids
+
+    generation.generate = types.MethodType(generate, generation)
