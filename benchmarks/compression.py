@@ -288,7 +288,7 @@ def parse(argv: list[str] | None):
     p.add_argument("--lr", type=float, default=2e-3)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--siri-l-min", type=int, default=0, help="SIRI's L_min (0 = 40%% of the RFT student's tokens)")
-    p.add_argument("--rollouts", choices=("vllm", "transformers"), default="transformers",
+    p.add_argument("--rollouts", choices=("vllm", "transformers"), default="vllm",
                    help="training rollouts (vllm = colocated engine, weights synced after each step)")
     p.add_argument("--max-model-len", type=int, default=1024, help="vLLM context for colocated rollouts")
     p.add_argument("--engine", default="vllm", help="eval engine (harness): vllm | transformers | auto")
