@@ -107,11 +107,11 @@ class LengthRLTrainer(GRPOTrainer):
             from livethink.calculator.processors import result_char_token_ids, with_calculator
             from livethink.length_rl.vllm_calculator import patch_forced_logprobs
 
+            self._calculator_char_ids = result_char_token_ids(self._tokenizer)
             if self.use_vllm:  # the engine got the processor above, the requests its flag (config)
-                patch_forced_logprobs(self.vllm_generation, self._tokenizer)
+                patch_forced_logprobs(self.vllm_generation, self._tokenizer, self._calculator_char_ids)
             else:
                 with_calculator(self.model, self._tokenizer)
-            self._calculator_char_ids = result_char_token_ids(self._tokenizer)
         if self.use_vllm and self.vllm_mode == "colocate" and self.accelerator.device.type == "cpu":
             from livethink.length_rl.vllm_sync import patch_cpu_weight_sync
 

@@ -22,7 +22,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from livethink.calculator.processors import REQUEST_FLAG, forced_mask, result_char_token_ids
+from livethink.calculator.processors import REQUEST_FLAG, forced_mask
 
 
 @contextmanager
@@ -56,18 +56,17 @@ def nan_forced_logprobs(logprobs: list[list[list[float]]], forced: list[list[boo
             for seq, mask in zip(logprobs, forced, strict=True)]
 
 
-def patch_forced_logprobs(generation: Any, tokenizer: Any) -> None:
-    """Wrap ``generation.generate`` (a TRL ``VLLMGeneration``) so forced digits report NaN sampling log-probs."""
-    char_ids = result_char_token_ids(tokenizer)
+def patch_forced_logprobs(generation: Any, tokenizer: Any, char_ids: dict[str, int]) -> None:
+    """Wrap ``generation.generate`` (a TRL ``VLLMGeneration``) so forced digits report NaN sampling log-probs.
+
+    ``char_ids``: ``result_char_token_ids(tokenizer)``. Colocate mode returns one prompt per completion."""
     original = generation.generate
 
     def generate(self, *args: Any, **kwargs: Any) -> tuple:
         prompt_ids, completion_ids, logprobs, logprob_token_ids = original(*args, **kwargs)
         if logprobs is not None:
-            per_prompt = len(completion_ids) // max(len(prompt_ids), 1)  # server mode: one prompt, n completions
-            prompts = [prompt for prompt in prompt_ids for _ in range(per_prompt)]
             forced = [forced_mask(tokenizer, char_ids, prompt, completion)
-                      for prompt, completion in zip(prompts, completion_ids, strict=True)]
+                      for prompt, completion in zip(prompt_ids, completion_ids, strict=True)]
             logprobs = nan_forced_logprobs(logprobs, forced)
         return prompt_ids, completion_ids, logprobs, logprob_token_ids
 

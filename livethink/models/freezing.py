@@ -30,18 +30,20 @@ def freeze_routers(model: nn.Module) -> int:
     return frozen
 
 
+def matching_names(names: Sequence[str], patterns: Sequence[str]) -> list[str]:
+    """The names that match at least one of the regexes ``patterns`` (``re.search``), in order."""
+    compiled = [re.compile(p) for p in patterns]
+    return [name for name in names if any(p.search(name) for p in compiled)]
+
+
 def train_only(model: nn.Module, patterns: Sequence[str]) -> list[str]:
     """Freeze every parameter whose name matches none of the regexes ``patterns`` (``re.search``); returns the names
     left trainable. A pattern that matches nothing is an error (a typo would otherwise freeze the whole model)."""
-    compiled = [re.compile(p) for p in patterns]
     names = [name for name, _ in model.named_parameters()]
-    unmatched = [p.pattern for p in compiled if not any(p.search(n) for n in names)]
+    unmatched = [p for p in patterns if not matching_names(names, [p])]
     if unmatched:
         raise ValueError(f"trainable_parameters {unmatched} match no parameter of the model (e.g. {names[:3]})")
-    trainable = []
+    trainable = set(matching_names(names, patterns))
     for name, param in model.named_parameters():
-        keep = any(p.search(name) for p in compiled)
-        param.requires_grad_(keep)
-        if keep:
-            trainable.append(name)
-    return trainable
+        param.requires_grad_(name in trainable)
+    return [name for name in names if name in trainable]
