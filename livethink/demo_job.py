@@ -38,15 +38,17 @@ class Settings:
     eval_engine: str = "vllm"  # quick: transformers (two vLLM engine start-ups cost more than 20 tasks)
     eval_max_tokens: int = 768
     grpo_max_completion: int = 384
+    grpo_use_vllm: bool = True  # colocated vLLM rollouts (the configs' default); quick: transformers (no engine start-up)
     variant: str = "drpo"  # the compressed arm (the experiment configs/ab/drpo_vs_rft.yaml names it)
 
     @classmethod
     def make(cls, quick: bool, workdir: Path) -> Settings:
         if quick:
             return cls(workdir / "artifacts/quick", workdir / "runs/quick", 1000, 100, 300, 1.0, 20, 3, 40, 4,
-                       eval_engine="transformers", eval_max_tokens=256, grpo_max_completion=192)
-        # 48 GRPO steps: the compression benchmark's budget, so the demo's DRPO arm is the benchmark's DRPO run
-        return cls(workdir / "artifacts/tiny", workdir / "runs/tiny", 5000, 500, 5000, 2.5, 200, 48, 200)
+                       eval_engine="transformers", eval_max_tokens=256, grpo_max_completion=192,
+                       grpo_use_vllm=False)
+        # 96 GRPO steps: the compression benchmark's budget (and the tiny configs' max_steps)
+        return cls(workdir / "artifacts/tiny", workdir / "runs/tiny", 5000, 500, 5000, 2.5, 200, 96, 200)
 
     @property
     def data(self) -> Path:
@@ -75,6 +77,14 @@ class Step:
 
 def _livethink(*args: str) -> list[str]:
     return [sys.executable, "-m", "livethink.cli", *args]
+
+
+def _rft_teacher_options() -> list[str]:
+    """The eval's scripted teacher as the RFT config samples it (its opener rate)."""
+    import yaml
+
+    rate = (yaml.safe_load((ROOT / "configs/tiny/rft.yaml").read_text()) or {}).get("teacher_opener_rate")
+    return [] if rate is None else ["--teacher-opener-rate", str(rate)]
 
 
 def _read_json(path: Path) -> dict:
@@ -107,7 +117,8 @@ STEPS: list[Step] = [
         lambda s: _livethink("grpo", "--config", str(ROOT / f"configs/tiny/grpo_{s.variant}.yaml"),
                              "--model_name_or_path", str(s.rft / "final"), "--data_dir", str(s.data),
                              "--output_dir", str(s.compressed), "--max_steps", str(s.grpo_steps),
-                             "--max_completion_length", str(s.grpo_max_completion)),
+                             "--max_completion_length", str(s.grpo_max_completion),
+                             "--use_vllm", str(s.grpo_use_vllm).lower()),
         lambda s: f"{s.variant}-compressed student in {s.compressed / 'final'}",
     ),
     Step(
@@ -115,7 +126,7 @@ STEPS: list[Step] = [
         lambda s: (s.runs / "eval" / "eval.json").is_file(),
         lambda s: _livethink("eval", "--model", str(s.rft / "final"), "--name", "rft-student",
                              "--model", str(s.compressed / "final"), "--name", f"{s.variant}-student",
-                             "--teacher", "scripted", "--data", str(s.data), "--split", "test",
+                             "--teacher", "scripted", *_rft_teacher_options(), "--data", str(s.data), "--split", "test",
                              "--limit", str(s.eval_limit), "--latency-probes", str(s.latency_probes),
                              "--engine", s.eval_engine, "--max-tokens", str(s.eval_max_tokens),
                              "--calculator", "--out", str(s.runs / "eval")),

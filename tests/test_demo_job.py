@@ -23,6 +23,9 @@ def test_quick_mode_evaluates_with_transformers_and_shorter_caps(tmp_path: Path)
     assert (_option(eval_full, "--engine"), _option(eval_full, "--max-tokens")) == ("vllm", "768")
     assert _option(_step("compress").command(quick), "--max_completion_length") == "192"
     assert _option(_step("compress").command(full), "--max_completion_length") == "384"
+    # full: the configs' colocated vLLM rollouts; quick: transformers (a vLLM start-up costs more than 3 steps)
+    assert (_option(_step("compress").command(quick), "--use_vllm"),
+            _option(_step("compress").command(full), "--use_vllm")) == ("false", "true")
     assert quick.runs != full.runs  # quick never overwrites (or reuses) the full run's artifacts
 
 

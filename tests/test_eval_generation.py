@@ -41,3 +41,31 @@ def test_forced_start_begins_the_completion_of_its_task_only(student_dir, livesh
 def test_make_generator_rejects_missing_dir(tmp_path):
     with pytest.raises(FileNotFoundError, match="model dir not found"):
         make_generator(tmp_path / "nope", engine="transformers")
+
+
+def test_eval_cli_samples_the_teacher_at_the_rft_runs_opener_rate(student_dir, liveshop_small, tmp_path, capsys):
+    import json
+
+    from livethink.data.io import write_jsonl
+    from livethink.eval.cli import main
+
+    data = tmp_path / "data"
+    write_jsonl(liveshop_small.tasks["test"][:20], data / "test.jsonl")
+
+    def teacher_row(rate: str) -> dict:
+        out = tmp_path / f"eval_{rate}"
+        assert main(["--teacher", "scripted", "--teacher-opener-rate", rate, "--tokenizer", str(student_dir),
+                     "--data", str(data), "--out", str(out)]) == 0
+        (row,) = json.loads((out / "eval.json").read_text())["results"]
+        return row["overall"]
+
+    always, never = teacher_row("1.0"), teacher_row("0.0")
+    # the restated question is the only difference: same answers, longer reasoning
+    assert always["correctness"] == never["correctness"] and always["helpfulness"] == never["helpfulness"]
+    assert always["reasoning_tokens"] > never["reasoning_tokens"] + 10
+
+    capsys.readouterr()
+    assert main(["--teacher", "scripted", "--teacher-opener-rate", "1.5", "--tokenizer", str(student_dir),
+                 "--data", str(data), "--out", str(tmp_path / "bad")]) == 2
+    assert "--teacher-opener-rate must be in [0, 1]" in capsys.readouterr().err
+    assert not (tmp_path / "bad").exists()

@@ -96,7 +96,8 @@ def test_cli_baseline_runs_saves_and_resumes_after_kill(setup, capsys):
     args = ["--config", str(Path(__file__).resolve().parents[1] / "configs/tiny/grpo_baseline.yaml"),
             "--model_name_or_path", str(setup["student"]), "--data_dir", str(setup["data"]), "--output_dir", str(out),
             "--n_prompts", "16", "--max_steps", "2", "--per_device_train_batch_size", "4", "--num_generations", "2",
-            "--max_completion_length", "12", "--save_steps", "1", "--l_ref", "0"]
+            "--max_completion_length", "12", "--save_steps", "1", "--l_ref", "0",
+            "--use_vllm", "false"]  # the config's vLLM rollouts: tests/test_length_rl_vllm.py
     assert main(args) == 0
     assert (out / "final" / "config.json").is_file() and (out / "checkpoint-2").is_dir()
     rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]

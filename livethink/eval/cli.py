@@ -17,12 +17,16 @@ from livethink.eval.harness import judge_completions, model_result, token_counte
 from livethink.eval.report import write_report
 
 
-def evaluate_teacher(teacher_type: str, tasks, judge, tokenizer, temperature: float, seed: int) -> dict:
+def evaluate_teacher(teacher_type: str, tasks, judge, tokenizer, temperature: float, seed: int,
+                     opener_rate: float | None = None) -> dict:
     """Sample the teacher once per task and judge it like a model (tokens counted with the student tokenizer)."""
     from livethink.rft_distill.teachers.base import SamplingConfig
     from livethink.rft_distill.teachers.factory import make_teacher
 
-    teacher = make_teacher({"type": teacher_type, "seed": seed})
+    config: dict = {"type": teacher_type, "seed": seed}
+    if opener_rate is not None:
+        config["opener_rate"] = opener_rate
+    teacher = make_teacher(config)
     completions = {}
     for samples in teacher.generate(tasks, k=1, sampling=SamplingConfig(temperature=temperature, seed=seed)):
         s = samples[0]
@@ -37,6 +41,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", action="append", default=[], help="display name per --model (same order)")
     p.add_argument("--teacher", choices=["scripted"], help="also evaluate the teacher on the same tasks")
     p.add_argument("--tokenizer", help="tokenizer for counting teacher tokens (default: the first model's)")
+    p.add_argument("--teacher-opener-rate", type=float,
+                   help="scripted teacher: share of traces that restate the question (the RFT run's teacher_opener_rate)")
     p.add_argument("--data", default="artifacts/tiny/data")
     p.add_argument("--split", default="test", choices=["train", "validation", "test"])
     p.add_argument("--limit", type=int, default=0, help="first N tasks only (0 = all)")
@@ -57,6 +63,9 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not args.model and not args.teacher:
         print("error: give at least one --model or --teacher", file=sys.stderr)
+        return 2
+    if args.teacher_opener_rate is not None and not 0.0 <= args.teacher_opener_rate <= 1.0:
+        print(f"error: --teacher-opener-rate must be in [0, 1], got {args.teacher_opener_rate}", file=sys.stderr)
         return 2
     if args.name and len(args.name) != len(args.model):
         print("error: --name must be given once per --model", file=sys.stderr)
@@ -81,7 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         if tok_dir is None:
             print("error: --tokenizer is needed to count teacher tokens without a --model", file=sys.stderr)
             return 2
-        results.append(evaluate_teacher(args.teacher, tasks, judge, load_tokenizer(tok_dir), 1.0, args.seed))
+        results.append(evaluate_teacher(args.teacher, tasks, judge, load_tokenizer(tok_dir), 1.0, args.seed,
+                                        opener_rate=args.teacher_opener_rate))
     completions_dir = Path(args.out) / "completions"
     completions_dir.mkdir(parents=True, exist_ok=True)
     for i, model_dir in enumerate(args.model):
