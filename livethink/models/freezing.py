@@ -43,7 +43,8 @@ def train_only(model: nn.Module, patterns: Sequence[str]) -> list[str]:
     unmatched = [p for p in patterns if not matching_names(names, [p])]
     if unmatched:
         raise ValueError(f"trainable_parameters {unmatched} match no parameter of the model (e.g. {names[:3]})")
-    trainable = set(matching_names(names, patterns))
+    trainable = matching_names(names, patterns)
+    keep = set(trainable)
     for name, param in model.named_parameters():
-        param.requires_grad_(name in trainable)
-    return [name for name in names if name in trainable]
+        param.requires_grad_(name in keep)
+    return trainable
