@@ -24,7 +24,7 @@ def grouped(values: torch.Tensor, group_size: int) -> torch.Tensor:
 def group_stats(rewards: torch.Tensor, group_size: int) -> tuple[torch.Tensor, torch.Tensor]:
     """Per-group mean and sample std, each (N/G,)."""
     g = grouped(rewards, group_size)
-    std = g.std(dim=1, unbiased=True) if group_size > 1 else torch.zeros(g.size(0), dtype=g.dtype)
+    std = g.std(dim=1, unbiased=True) if group_size > 1 else torch.zeros(g.size(0), dtype=g.dtype, device=g.device)
     return g.mean(dim=1), std
 
 

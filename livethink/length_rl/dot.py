@@ -34,7 +34,7 @@ def full_correct_groups(correct: torch.Tensor, group_size: int, success_threshol
 def truncation_thresholds(lengths: torch.Tensor, group_size: int, alpha: float = 3.0) -> torch.Tensor:
     """(N/G,) long: T(q) = floor(mean(L) + α·std(L)), sample std (0 for a group of one)."""
     g = grouped(lengths.double(), group_size)
-    std = g.std(dim=1, unbiased=True) if group_size > 1 else torch.zeros(g.size(0), dtype=g.dtype)
+    std = g.std(dim=1, unbiased=True) if group_size > 1 else torch.zeros(g.size(0), dtype=g.dtype, device=g.device)
     return torch.floor(g.mean(dim=1) + alpha * std).long()
 
 

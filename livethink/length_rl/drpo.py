@@ -60,7 +60,7 @@ def weight_entropy(weights: torch.Tensor, positive: torch.Tensor, group_size: in
     """Mean over mixed groups of −Σ_pos ω log ω (0 when no group is mixed)."""
     mixed = mixed_groups(positive, group_size)
     if not mixed.any():
-        return torch.zeros((), dtype=torch.float32)
+        return torch.zeros((), dtype=torch.float32, device=weights.device)
     w = grouped(weights.double(), group_size)[mixed]
     ent = -(w * torch.log(w.clamp(min=1e-300))).sum(dim=1)
     return ent.mean().float()

@@ -27,9 +27,9 @@ def band(
     lambda_up: float = LAMBDA_UP,
     epsilon: float | None = None,
 ) -> torch.Tensor:
-    """LiveThinking band reward per completion length."""
+    """LiveThinking band reward per completion length (float32, on ``lengths``' device)."""
     values = [band_reward(float(n), l_ref, lambda_low, lambda_up, epsilon) for n in lengths.tolist()]
-    return torch.tensor(values, dtype=torch.float32)
+    return torch.tensor(values, dtype=torch.float32, device=lengths.device)
 
 
 LENGTH_GATES = ("none", "correct", "correct_helpful", "solved_group")
