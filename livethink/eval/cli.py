@@ -49,6 +49,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--engine", default="auto", choices=["auto", "vllm", "transformers"])
     p.add_argument("--calculator", action="store_true",
                    help="calculator-assisted decoding: the digits after a sum's '=' are computed, not sampled")
+    p.add_argument("--device", default="auto",
+                   help="transformers engine: torch device (auto: the accelerator if torch sees one, else cpu)")
+    p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
+                   help="transformers engine: weights and compute dtype")
     p.add_argument("--max-tokens", type=int, default=768)
     p.add_argument("--latency-probes", type=int, default=16)
     p.add_argument("--judge", default="rubric", choices=["rubric", "llm"])
@@ -97,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     for i, model_dir in enumerate(args.model):
         name = args.name[i] if args.name else Path(model_dir).name
         result, _, completions = evaluate_model(model_dir, tasks, judge, args.engine, args.max_tokens, args.latency_probes, name,
-                                                 calculator=args.calculator)
+                                                 calculator=args.calculator, device=args.device, dtype=args.dtype)
         results.append(result)
         with (completions_dir / f"{name.replace('/', '_')}.jsonl").open("w") as fh:
             for task_id, (text, finish) in completions.items():

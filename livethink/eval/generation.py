@@ -36,6 +36,16 @@ def prompt_texts(tokenizer, tasks: Sequence[Task], starts: Mapping[str, str] | N
             + starts.get(t.id, "") for t in tasks]
 
 
+def resolve_device(device: str = "auto") -> str:
+    """``auto``: the machine's accelerator (CUDA, XPU, MPS, ...) if torch sees one, else ``cpu``; other values as given."""
+    if device != "auto":
+        return device
+    import torch
+
+    accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    return accelerator.type if accelerator is not None else "cpu"
+
+
 def resolve_engine(engine: str) -> str:
     if engine != "auto":
         return engine
@@ -97,16 +107,22 @@ class VLLMGenerator:
 class TransformersGenerator:
     """Plain `model.generate` (the fallback when vLLM is not installed)."""
 
-    def __init__(self, model_dir: str | Path, batch_size: int = 16, calculator: bool = False):
+    def __init__(self, model_dir: str | Path, batch_size: int = 16, calculator: bool = False,
+                 device: str = "auto", dtype: str = "float32"):
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
+        from livethink.models.student import DTYPES
+
+        if dtype not in DTYPES:
+            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
         self.torch = torch
+        self.device = torch.device(resolve_device(device))
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self.tokenizer.padding_side = "left"
         # Router logits are a training-time output; with left padding they break Qwen3-MoE's aux-loss code.
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=torch.float32,
-                                                          output_router_logits=False).eval()
+        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=DTYPES[dtype],
+                                                          output_router_logits=False).to(self.device).eval()
         self.batch_size = batch_size
         self.calculator = calculator
 
@@ -115,7 +131,7 @@ class TransformersGenerator:
 
         from livethink.calculator.processors import CalculatorLogitsProcessor
 
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False)
+        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
         processors = LogitsProcessorList([CalculatorLogitsProcessor(self.tokenizer)] if self.calculator else [])
         with self.torch.no_grad():
             out = self.model.generate(
@@ -123,7 +139,7 @@ class TransformersGenerator:
                 temperature=temperature if temperature > 0 else None, pad_token_id=self.tokenizer.pad_token_id,
                 logits_processor=processors,
             )
-        return out[:, enc["input_ids"].shape[1]:]
+        return out[:, enc["input_ids"].shape[1]:].cpu()  # (waits for the device: latency probes time the whole reply)
 
     def generate(self, tasks: Sequence[Task], max_tokens: int, temperature: float = 0.0,
                  starts: Mapping[str, str] | None = None) -> list[Generation]:
@@ -158,15 +174,18 @@ class TransformersGenerator:
         del self.model
 
 
-def make_generator(model_dir: str | Path, engine: str = "auto", max_model_len: int = 2048, calculator: bool = False):
+def make_generator(model_dir: str | Path, engine: str = "auto", max_model_len: int = 2048, calculator: bool = False,
+                   device: str = "auto", dtype: str = "float32"):
     """A generator for ``model_dir`` on the chosen engine (``auto``: vLLM if it imports).
 
-    ``calculator``: the digits after a written-out sum's ``=`` come from a calculator (``livethink.calculator``)."""
+    ``calculator``: the digits after a written-out sum's ``=`` come from a calculator (``livethink.calculator``).
+    ``device`` / ``dtype``: where and in which precision the transformers engine runs (``auto``: the accelerator if
+    there is one); vLLM picks its own device and runs in bfloat16."""
     if not Path(model_dir).is_dir():
         raise FileNotFoundError(f"model dir not found: {model_dir}")
     engine = resolve_engine(engine)
     if engine == "vllm":
         return VLLMGenerator(model_dir, max_model_len=max_model_len, calculator=calculator)
     if engine == "transformers":
-        return TransformersGenerator(model_dir, calculator=calculator)
+        return TransformersGenerator(model_dir, calculator=calculator, device=device, dtype=dtype)
     raise ValueError(f"engine must be auto, vllm or transformers, got {engine!r}")

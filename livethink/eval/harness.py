@@ -56,14 +56,17 @@ def evaluate_model(
     latency_probes: int = 16,
     name: str | None = None,
     calculator: bool = False,
+    device: str = "auto",
+    dtype: str = "float32",
 ) -> tuple[dict[str, Any], list[SampleEval], dict[str, tuple[str, str]]]:
     """Greedy generation on ``tasks``, judged; latency probed one request at a time on the first few tasks.
-    ``calculator``: calculator-assisted decoding (see ``livethink.calculator``)."""
+    ``calculator``: calculator-assisted decoding (see ``livethink.calculator``). ``device`` / ``dtype``: the
+    transformers engine's (``make_generator``)."""
     from livethink.eval.generation import make_generator, resolve_engine
     from livethink.models.loading import params_of_checkpoint
 
     active = params_of_checkpoint(model_dir).active
-    generator = make_generator(model_dir, engine, calculator=calculator)
+    generator = make_generator(model_dir, engine, calculator=calculator, device=device, dtype=dtype)
     try:
         generations = generator.generate(tasks, max_tokens=max_tokens)
         probes = generator.probe_latency(tasks[:latency_probes], max_tokens=max_tokens) if latency_probes else []
@@ -74,5 +77,6 @@ def evaluate_model(
     samples = judge_completions(tasks, completions, judge, count)
     latency = latency_summary([p.ttft_s for p in probes], [p.e2e_s for p in probes]) if probes else None
     result = model_result(name or Path(model_dir).name, samples, active, latency,
-                          {"model": str(model_dir), "engine": resolve_engine(engine), "calculator": calculator})
+                          {"model": str(model_dir), "engine": resolve_engine(engine), "calculator": calculator,
+                           **({"device": str(generator.device), "dtype": dtype} if hasattr(generator, "device") else {})})
     return result, samples, completions
