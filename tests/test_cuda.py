@@ -165,3 +165,34 @@ def test_stage2_math_keeps_the_input_device():
     out.loss.backward()
     assert out.loss.device.type == "cuda" and torch.isfinite(out.loss) and torch.isfinite(logps.grad).all()
     assert out.weight_entropy.device.type == "cuda"
+
+
+def test_serve_transformers_engine_on_cuda(tiny):
+    """The serving fallback engine (``engine.transformers_device: auto``) loads the student on the GPU and decodes a
+    budgeted reply there (bf16), the token sampled on the host each step."""
+    import asyncio
+
+    from livethink.serve.budget import TokenBudget
+    from livethink.serve.config import parse_config
+    from livethink.serve.engines import build_engines
+    from livethink.serve.engines.base import GenerationRequest, SamplingOptions
+
+    config = parse_config({"models": {"rft": {"path": str(tiny["student"])}}, "default_model": "rft",
+                           "engine": {"kind": "transformers", "transformers_dtype": "bfloat16", "warmup": False},
+                           "auth": {"api_key_env": None, "admin_key_env": None}})
+    engine = build_engines(config).engines["rft"]
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(engine.start())
+        assert engine.device == "cuda" and _on_cuda(engine.model)
+        prompt = engine.tokenizer.encode("How much is it?", add_special_tokens=False)
+        request = GenerationRequest("cuda-1", "rft", prompt, SamplingOptions(temperature=0.7, ignore_eos=True, seed=1))
+
+        async def collect():
+            return [d async for d in engine.generate(request, TokenBudget(thinking_cap=4, reply_reserve=4))]
+
+        deltas = loop.run_until_complete(collect())
+        assert sum(d.tokens for d in deltas) > 4 and deltas[-1].finish_reason == "length"
+    finally:
+        loop.run_until_complete(engine.stop())
+        loop.close()

@@ -58,6 +58,29 @@ def hf_engine():
     loop.close()
 
 
+def test_transformers_engine_runs_where_the_config_says(tokenizer):
+    """engine.transformers_device / transformers_dtype reach the engine: the weights load there, and decoding
+    (inputs built on that device, tokens sampled on the host) works in that precision."""
+    import torch
+
+    from livethink.serve.engines import build_engines
+
+    config = make_config(tiny_student_dir(), **{"engine.transformers_device": "cpu",
+                                                "engine.transformers_dtype": "bfloat16"})
+    engine = build_engines(config).engines["rft"]
+    loop = asyncio.new_event_loop()
+    try:
+        loop.run_until_complete(engine.start())
+        param = next(engine.model.parameters())
+        assert engine.device == "cpu" and param.device == torch.device("cpu") and param.dtype == torch.bfloat16
+        req = GenerationRequest("dev-1", "rft", _prompt(tokenizer), GREEDY_LONG)
+        deltas = loop.run_until_complete(_collect(engine.generate(req, TokenBudget(thinking_cap=4, reply_reserve=4))))
+        assert sum(d.tokens for d in deltas) > 4 and deltas[-1].finish_reason == "length"
+    finally:
+        loop.run_until_complete(engine.stop())
+        loop.close()
+
+
 def test_transformers_budget_forcing_closes_the_think_block_then_replies(hf_engine, tokenizer):
     engine, loop = hf_engine
     req = GenerationRequest("bf-1", "rft", _prompt(tokenizer), GREEDY_LONG)

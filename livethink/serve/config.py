@@ -51,6 +51,7 @@ class EngineConfig(_Strict):
     kind: Literal["auto", "vllm", "transformers"] = "auto"
     dtype: str = "bfloat16"  # vLLM
     transformers_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+    transformers_device: str = "auto"  # the accelerator if torch sees one, else cpu; or e.g. "cpu", "cuda:1"
     max_model_len: int = Field(default=1024, ge=64)
     enforce_eager: bool = True
     kv_cache_gib: float | None = Field(default=1.0, gt=0)  # VLLM_CPU_KVCACHE_SPACE

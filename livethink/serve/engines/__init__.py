@@ -78,7 +78,7 @@ def _transformers_set(config: ServeConfig) -> EngineSet:
         path = spec.path if spec.path is not None else config.models[spec.base].path
         engines[name] = TransformersEngine(
             name, path, spec.lora, config.engine.transformers_dtype, config.engine.transformers_threads,
-            calculator=config.engine.calculator,
+            calculator=config.engine.calculator, device=config.engine.transformers_device,
         )
         keys[name] = name
         caps[name] = 1  # one request at a time; the rest wait in the controller's queue

@@ -76,6 +76,7 @@ class TransformersEngine:
         dtype: str = "float32",
         num_threads: int | None = None,
         calculator: bool = False,
+        device: str = "auto",
     ):
         self.name = name
         self.models = (name,)
@@ -84,6 +85,7 @@ class TransformersEngine:
         self.dtype = dtype
         self.num_threads = num_threads
         self.calculator = calculator
+        self.device = device  # resolved at load: "auto" is the accelerator if torch sees one, else cpu
         self._jobs: queue.Queue = queue.Queue()
         self._active: dict[str, _Job] = {}
         self._running = 0
@@ -103,8 +105,10 @@ class TransformersEngine:
     def _load(self) -> None:
         import torch
 
+        from livethink.eval.generation import resolve_device
         from livethink.models.loading import load_model, load_tokenizer_for
 
+        self.device = resolve_device(self.device)
         if self.num_threads:
             torch.set_num_threads(self.num_threads)
         self.tokenizer = load_tokenizer_for(self.path)
@@ -113,7 +117,7 @@ class TransformersEngine:
             from peft import PeftModel
 
             model = PeftModel.from_pretrained(model, self.lora_path).merge_and_unload()
-        self.model = model.eval()
+        self.model = model.to(self.device).eval()
         self._close_id = think_close_id(self.tokenizer)
         self._end_ids = self.tokenizer.encode(FORCED_THINK_END, add_special_tokens=False)
         eos = self.model.generation_config.eos_token_id
@@ -180,9 +184,10 @@ class TransformersEngine:
                     limit = produced + budget.reply_reserve
                 if produced >= limit:
                     break
-                out = self.model(input_ids=torch.tensor([pending]), past_key_values=cache, use_cache=True)
+                out = self.model(input_ids=torch.tensor([pending], device=self.device), past_key_values=cache,
+                                 use_cache=True)
                 cache = out.past_key_values
-                logits = out.logits[0, -1].float()
+                logits = out.logits[0, -1].float().cpu()  # sampled on the host: the next step needs the token there
                 if opts.ignore_eos or produced < opts.min_tokens:
                     logits[list(self._eos)] = float("-inf")
                 if self.calculator:
