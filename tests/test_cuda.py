@@ -13,49 +13,16 @@ from pathlib import Path
 
 import pytest
 import torch
-
-from livethink.data.io import write_jsonl
-from livethink.rewards.judge import Verdict
+from tiny_students import RuleJudge, grpo_setup
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU: torch.cuda.is_available() is False (CI is CPU-only)")
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs" / "tiny"
-
-
-class RuleJudge:
-    """Deterministic stand-in for the rubric judge: correct and helpful by a rule on the completion text."""
-
-    name = "rule"
-
-    def __init__(self, rule):
-        self.rule = rule
-
-    def score(self, task, completion):
-        ok = self.rule(completion if isinstance(completion, str) else completion[-1]["content"])
-        return Verdict(ok, ok, {})
-
-    def score_many(self, items):
-        return [self.score(t, c) for t, c in items]
 
 
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, liveshop_small):
-    """Data dir, tokenizer and a saved tiny random student whose generation stops on many token ids."""
-    from livethink.models.student import create_student, load_student_config, save_student
-    from livethink.models.tokenizer import corpus_from_tasks, train_tokenizer
-
-    root = tmp_path_factory.mktemp("cuda")
-    data_dir = root / "data"
-    for split, tasks in liveshop_small.tasks.items():
-        write_jsonl(tasks, data_dir / f"{split}.jsonl")
-    tokenizer = train_tokenizer(corpus_from_tasks(liveshop_small.tasks["train"][:100]), vocab_size=600)
-    config = load_student_config(CONFIGS / "student.yaml", num_hidden_layers=1, hidden_size=32, num_attention_heads=2,
-                                 num_key_value_heads=1, head_dim=16, num_experts=4, moe_intermediate_size=32)
-    model = create_student(config, tokenizer)
-    model.generation_config.eos_token_id = [tokenizer.eos_token_id] + list(range(100, 160))  # lengths vary
-    student = save_student(model, tokenizer, root / "student", config)
-    return {"root": root, "data": data_dir, "student": student, "tokenizer": tokenizer, "config": config}
+    return grpo_setup(tmp_path_factory.mktemp("cuda"), liveshop_small)
 
 
 def _on_cuda(model) -> bool:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from tiny_students import small_student
 
 from livethink.length_rl import advantages, dot, length_rewards
 
@@ -43,14 +44,7 @@ def test_resolve_device(monkeypatch):
 
 @pytest.fixture(scope="module")
 def student_dir(tmp_path_factory, liveshop_small):
-    from livethink.models.student import StudentConfig, create_student, save_student
-    from livethink.models.tokenizer import corpus_from_tasks, train_tokenizer
-
-    tokenizer = train_tokenizer(corpus_from_tasks(liveshop_small.tasks["train"][:100]), vocab_size=400)
-    config = StudentConfig(num_hidden_layers=1, hidden_size=32, head_dim=8, moe_intermediate_size=32, num_experts=4)
-    out = tmp_path_factory.mktemp("student")
-    save_student(create_student(config, tokenizer), tokenizer, out, config)
-    return out
+    return small_student(tmp_path_factory.mktemp("student"), liveshop_small)
 
 
 def test_transformers_generator_device_and_dtype(student_dir, liveshop_small):

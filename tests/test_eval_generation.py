@@ -3,19 +3,14 @@
 from __future__ import annotations
 
 import pytest
+from tiny_students import small_student
 
 from livethink.eval.generation import TransformersGenerator, make_generator
-from livethink.models.student import StudentConfig, create_student, save_student
-from livethink.models.tokenizer import corpus_from_tasks, train_tokenizer
 
 
 @pytest.fixture(scope="module")
 def student_dir(tmp_path_factory, liveshop_small):
-    tokenizer = train_tokenizer(corpus_from_tasks(liveshop_small.tasks["train"][:100]), vocab_size=400)
-    config = StudentConfig(num_hidden_layers=1, hidden_size=32, head_dim=8, moe_intermediate_size=32, num_experts=4)
-    out = tmp_path_factory.mktemp("student")
-    save_student(create_student(config, tokenizer), tokenizer, out, config)
-    return out
+    return small_student(tmp_path_factory.mktemp("student"), liveshop_small)
 
 
 def test_batched_generation_with_padding(student_dir, liveshop_small):

@@ -9,51 +9,19 @@ from pathlib import Path
 
 import pytest
 import torch
+from tiny_students import RuleJudge, grpo_setup
 
-from livethink.data.io import write_jsonl
 from livethink.length_rl.config import GRPOVariantConfig
 from livethink.length_rl.rewards import CachedJudge, RewardContext, is_cut, make_reward_funcs
 from livethink.length_rl.trainer import router_logits_off, select_rows, shuffle_groups
-from livethink.rewards.judge import RubricJudge, Verdict
+from livethink.rewards.judge import RubricJudge
 
 torch.set_num_threads(1)  # the CI box is shared: one thread avoids OpenMP spin-waiting under load
 
 
-class FakeJudge:
-    """Deterministic stand-in: correct/helpful by a rule on the completion text."""
-
-    name = "fake"
-
-    def __init__(self, rule):
-        self.rule = rule
-
-    def score(self, task, completion):
-        ok = self.rule(completion if isinstance(completion, str) else completion[-1]["content"])
-        return Verdict(ok, ok, {})
-
-    def score_many(self, items):
-        return [self.score(t, c) for t, c in items]
-
-
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory, liveshop_small):
-    """Data dir + a tiny random student whose generation stops on many token ids (so lengths vary)."""
-    from livethink.models.student import create_student, load_student_config, save_student
-    from livethink.models.tokenizer import corpus_from_tasks, train_tokenizer
-
-    root = tmp_path_factory.mktemp("grpo")
-    data_dir = root / "data"
-    for split, tasks in liveshop_small.tasks.items():
-        write_jsonl(tasks, data_dir / f"{split}.jsonl")
-    tokenizer = train_tokenizer(corpus_from_tasks(liveshop_small.tasks["train"][:60]), vocab_size=600)
-    config = load_student_config(Path(__file__).resolve().parents[1] / "configs/tiny/student.yaml",
-                                 num_hidden_layers=1, hidden_size=32, num_attention_heads=2, num_key_value_heads=1,
-                                 head_dim=16, num_experts=4, moe_intermediate_size=32)
-    model = create_student(config, tokenizer)
-    stops = [tokenizer.eos_token_id] + list(range(100, 160))  # ~10 % of the vocabulary ends a completion
-    model.generation_config.eos_token_id = stops
-    student = save_student(model, tokenizer, root / "student", config)
-    return {"root": root, "data": data_dir, "student": student}
+    return grpo_setup(tmp_path_factory.mktemp("grpo"), liveshop_small, tokenizer_tasks=60)
 
 
 def make_config(setup, variant: str, name: str, **overrides) -> GRPOVariantConfig:
@@ -133,7 +101,7 @@ def test_dot_truncates_masks_and_rescores(setup):
     # every finished completion is correct: groups are all-correct unless one was cut by the 12-token cap
     cfg = make_config(setup, "dot", "dot", dot_alpha=0.0, dot_margin=1, num_generations=4,
                       per_device_train_batch_size=8, max_steps=2, temperature=1.0)
-    trainer = train(cfg, FakeJudge(lambda text: True))
+    trainer = train(cfg, RuleJudge(lambda text: True))
     rows = metrics(cfg)
     assert all("dot/truncated_share" in r and "dot/full_correct_group_share" in r for r in rows)
     assert any(r["dot/truncated_share"] > 0 for r in rows)  # (seeded: step 2 has an all-correct group to cut)
@@ -143,7 +111,7 @@ def test_dot_truncates_masks_and_rescores(setup):
 
 def test_dot_dynamic_sampling_keeps_batch_shape(setup):
     cfg = make_config(setup, "dot", "dot_ds", dot_dynamic_sampling=True, max_steps=1, save_steps=10)
-    judge = FakeJudge(lambda text: len(text) % 2 == 0)
+    judge = RuleJudge(lambda text: len(text) % 2 == 0)
     trainer = train(cfg, judge)
     rows = metrics(cfg)
     assert rows[0]["dot/oversample_factor"] == pytest.approx(1.5) and "dot/pass_rate" in rows[0]
@@ -154,7 +122,7 @@ def test_drpo_replaces_the_loss(setup):
     cfg = make_config(setup, "drpo", "drpo", drpo_positive="correct", max_steps=2, save_steps=10)
     before = {n: p.detach().clone() for n, p in
               __import__("transformers").AutoModelForCausalLM.from_pretrained(cfg.model_name_or_path).named_parameters()}
-    trainer = train(cfg, FakeJudge(lambda text: len(text) % 2 == 0))
+    trainer = train(cfg, RuleJudge(lambda text: len(text) % 2 == 0))
     rows = metrics(cfg)
     for key in ("drpo/objective", "drpo/weight_entropy", "drpo/mixed_group_share", "kl"):
         assert key in rows[0], key
@@ -251,7 +219,7 @@ def test_reward_columns_share_one_judge_call_and_zero_cut(liveshop_small):
     task = liveshop_small.tasks["train"][0]
     calls = []
 
-    class Counting(FakeJudge):
+    class Counting(RuleJudge):
         def score_many(self, items):
             calls.append(len(items))
             return super().score_many(items)
@@ -280,7 +248,7 @@ def test_gated_brevity_column(liveshop_small):
     ctx.group_size = 3
     for gate, expected in (("none", [1.0, 1.0, 1.0]), ("correct", [1.0, 0.0, 0.0]),
                            ("correct_helpful", [1.0, 0.0, 0.0]), ("solved_group", [1.0, 1.0, 1.0])):
-        (brevity,) = make_reward_funcs(["brevity"], ctx, FakeJudge(lambda t: t.startswith("ok")),
+        (brevity,) = make_reward_funcs(["brevity"], ctx, RuleJudge(lambda t: t.startswith("ok")),
                                        band={"gate": gate})
         assert brevity(completions, completion_ids=ids, **columns) == pytest.approx(expected), gate
 
