@@ -10,7 +10,8 @@
 #   PY=python3  RUNS=runs/gpu  VARIANTS="baseline siri dot drpo length_penalty"  GRPO_STEPS=6  EVAL_N=200
 #   LATENCY_PROBES=8  RFT_ARGS="" (extra `livethink rft` options, e.g. "--max_steps 200" to cut stage 1)
 # Writes $RUNS/{data,tokenizer,rft,grpo_<variant>,eval,eval_bf16,logs,times.jsonl} and, in the report stage,
-# benchmarks/results/gpu_check.{json,md}. Finished stages are reused on a re-run (as the CLIs do).
+# benchmarks/results/gpu_check.{json,md}. Finished stages are reused on a re-run (as the CLIs do). Re-running `report`
+# keeps the notes written by hand: JSON keys it does not generate, and the Markdown from its notes marker on.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -192,6 +193,13 @@ for name in ("eval", "eval_bf16"):
                             "command": data["meta"]["command"]}
 report["eval"] = evals
 
+# Notes written by hand after a run (fixes, the CPU comparison, what was not checked) survive a re-run of this stage:
+# in the JSON, the keys this stage does not generate; in the Markdown, everything from NOTES_MARK on.
+NOTES_MARK = "<!-- notes: kept when the report stage runs again -->"
+old_json = read_json(out_json) or {}
+GENERATED = {"device", "gpu_count", "cpu_count", "python", "versions", "cuda", "stages", "nvidia_smi", "cuda_tests", "rft",
+             "grpo", "eval"}
+report.update({k: v for k, v in old_json.items() if k not in GENERATED})
 out_json.parent.mkdir(parents=True, exist_ok=True)
 out_json.write_text(json.dumps(report, indent=2) + "\n")
 
@@ -232,7 +240,9 @@ if evals:
                   f"{e['total_tokens']} | {e['reasoning_tokens']} | {e['reply_tokens']} | {pct(e['truncated_rate'])} | "
                   f"{e['ttft_ms_p50']} | {e['e2e_ms_p50']} | {e['stage_wall_s']} |")
     md.append("")
-out_md.write_text("\n".join(md) + "\n")
+old_md = out_md.read_text() if out_md.is_file() else ""
+notes = old_md[old_md.index(NOTES_MARK):] if NOTES_MARK in old_md else ""
+out_md.write_text("\n".join(md) + "\n" + (f"\n{notes}" if notes else ""))
 print(out_md.read_text())
 EOF
 }
