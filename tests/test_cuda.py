@@ -19,7 +19,6 @@ pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU: torch.cuda.is_available() is False (CI is CPU-only)")
 
 
-
 @pytest.fixture(scope="module")
 def tiny(tmp_path_factory, liveshop_small):
     return grpo_setup(tmp_path_factory.mktemp("cuda"), liveshop_small)
@@ -96,7 +95,8 @@ def test_grpo_bf16_on_cuda(tiny, variant):
 
 def test_eval_generator_on_cuda(tiny, liveshop_small):
     """The eval harness's transformers engine runs on the accelerator (``--device auto``), in bf16 if asked."""
-    from livethink.eval.generation import TransformersGenerator, resolve_device
+    from livethink.eval.generation import TransformersGenerator
+    from livethink.models.loading import resolve_device
 
     assert resolve_device("auto") == "cuda"
     tasks = liveshop_small.tasks["test"][:3]

@@ -31,7 +31,7 @@ def test_band_returns_float32_like_its_input():
 
 
 def test_resolve_device(monkeypatch):
-    from livethink.eval.generation import resolve_device
+    from livethink.models.loading import resolve_device
 
     assert resolve_device("cpu") == "cpu"
     assert resolve_device("cuda:1") == "cuda:1"

@@ -36,16 +36,6 @@ def prompt_texts(tokenizer, tasks: Sequence[Task], starts: Mapping[str, str] | N
             + starts.get(t.id, "") for t in tasks]
 
 
-def resolve_device(device: str = "auto") -> str:
-    """``auto``: the machine's accelerator (CUDA, XPU, MPS, ...) if torch sees one, else ``cpu``; other values as given."""
-    if device != "auto":
-        return device
-    import torch
-
-    accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
-    return accelerator.type if accelerator is not None else "cpu"
-
-
 def resolve_engine(engine: str) -> str:
     if engine != "auto":
         return engine
@@ -110,19 +100,17 @@ class TransformersGenerator:
     def __init__(self, model_dir: str | Path, batch_size: int = 16, calculator: bool = False,
                  device: str = "auto", dtype: str = "float32"):
         import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers import AutoTokenizer
 
-        from livethink.models.student import DTYPES
+        from livethink.models.loading import load_model, resolve_device
 
-        if dtype not in DTYPES:
-            raise ValueError(f"dtype must be one of {sorted(DTYPES)}, got {dtype!r}")
         self.torch = torch
         self.device = torch.device(resolve_device(device))
         self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
         self.tokenizer.padding_side = "left"
         # Router logits are a training-time output; with left padding they break Qwen3-MoE's aux-loss code.
-        self.model = AutoModelForCausalLM.from_pretrained(str(model_dir), dtype=DTYPES[dtype],
-                                                          output_router_logits=False).to(self.device).eval()
+        self.model = load_model(model_dir, dtype=dtype,
+                                config_overrides={"output_router_logits": False}).to(self.device).eval()
         self.batch_size = batch_size
         self.calculator = calculator
 

@@ -66,6 +66,7 @@ def evaluate_model(
     from livethink.models.loading import params_of_checkpoint
 
     active = params_of_checkpoint(model_dir).active
+    engine = resolve_engine(engine)
     generator = make_generator(model_dir, engine, calculator=calculator, device=device, dtype=dtype)
     try:
         generations = generator.generate(tasks, max_tokens=max_tokens)
@@ -77,6 +78,6 @@ def evaluate_model(
     samples = judge_completions(tasks, completions, judge, count)
     latency = latency_summary([p.ttft_s for p in probes], [p.e2e_s for p in probes]) if probes else None
     result = model_result(name or Path(model_dir).name, samples, active, latency,
-                          {"model": str(model_dir), "engine": resolve_engine(engine), "calculator": calculator,
-                           **({"device": str(generator.device), "dtype": dtype} if hasattr(generator, "device") else {})})
+                          {"model": str(model_dir), "engine": engine, "calculator": calculator,
+                           **({"device": str(generator.device), "dtype": dtype} if engine == "transformers" else {})})
     return result, samples, completions

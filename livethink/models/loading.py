@@ -84,6 +84,16 @@ def load_tokenizer_for(path: str | Path):
     return AutoTokenizer.from_pretrained(str(path))
 
 
+def resolve_device(device: str = "auto") -> str:
+    """``auto``: the machine's accelerator (CUDA, XPU, MPS, ...) if torch sees one, else ``cpu``; other values as given."""
+    if device != "auto":
+        return device
+    import torch
+
+    accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
+    return accelerator.type if accelerator is not None else "cpu"
+
+
 def load_model(
     path: str | Path,
     *,
@@ -100,7 +110,7 @@ def load_model(
 
     info = inspect_checkpoint(path)
     if dtype != "auto" and dtype not in DTYPES:
-        raise ValueError(f"dtype must be 'auto' or one of {sorted(DTYPES)}, got {dtype!r}")
+        raise ValueError(f"dtype must be one of {sorted(DTYPES)} or 'auto', got {dtype!r}")
     model = AutoModelForCausalLM.from_pretrained(
         str(info.path),
         dtype=dtype if dtype == "auto" else DTYPES[dtype],

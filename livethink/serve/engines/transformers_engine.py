@@ -105,8 +105,7 @@ class TransformersEngine:
     def _load(self) -> None:
         import torch
 
-        from livethink.eval.generation import resolve_device
-        from livethink.models.loading import load_model, load_tokenizer_for
+        from livethink.models.loading import load_model, load_tokenizer_for, resolve_device
 
         self.device = resolve_device(self.device)
         if self.num_threads:
