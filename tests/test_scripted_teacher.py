@@ -236,13 +236,19 @@ def test_rechecks_only_repeat_sums_already_written(tasks):
 def test_habitual_sentences_are_sampled_not_certain(tasks):
     # GRPO can only reinforce what the student samples: a filler sentence in every teacher trace would be in every
     # student rollout, and no length reward could ever remove it
-    from livethink.rft_distill.teachers.scripted import ANSWER_LEAD, GOALS, OPENERS
+    from livethink.rft_distill.teachers.scripted import ANSWER_LEAD, GOALS, HISTORY, OPENERS
 
     samples = [s for b in ScriptedTeacher(error_rate=0.0).generate(tasks, 4, SamplingConfig(temperature=1.0)) for s in b]
     stems = {"opener": [o.split("{q}")[0] for o in OPENERS], "goal": list(GOALS.values()), "lead": list(ANSWER_LEAD)}
     for name, options in stems.items():
         present = sum(any(o in s.reasoning for o in options) for s in samples) / len(samples)
         assert 0.8 <= present <= 0.97, (name, present)
+    # the chat quote (dialogue questions only) too; the History line that does the lookup is always there
+    by_id = {t.id: t for t in tasks}
+    dialogue = [s for s in samples if by_id[s.task_id].kind == "dialogue_ref"]
+    quoted = sum(HISTORY.split("{viewer}")[0] in s.reasoning for s in dialogue) / len(dialogue)
+    assert len(dialogue) >= 40 and 0.75 <= quoted <= 0.98, (len(dialogue), quoted)
+    assert all("History: " in s.reasoning for s in dialogue)
 
 
 def test_opener_rate_sets_how_often_the_question_is_restated_and_changes_nothing_else(tasks):

@@ -6,8 +6,8 @@ in minutes with a teacher that behaves like the real one where it matters:
 - **Verbose traces.** It restates the question, walks through irrelevant lines of the docs, looks at the other
   products on screen, re-checks its arithmetic ("wait, let me double-check"), second-guesses itself, then
   writes a short reply: ``"<answer>. <one helpful fact>"`` (the ``format_completion`` layout). Every one of
-  these sentences is sampled, the habitual ones (restating the question, the goal, the lead-ins) 90% of the
-  time at temperature 1: like a real LLM's, no filler is certain.
+  these sentences is sampled, the habitual ones (restating the question, the goal, quoting the chat, the
+  lead-ins) 90% of the time at temperature 1: like a real LLM's, no filler is certain.
 - **Real, regular reasoning.** The useful lines (``Product: …``, ``Unit price: 83.90, 20% off, now 67.12.``,
   ``Subtotal: 67.12 × 2 = 134.24.``, ``Coupon: 134.24 < 150.00, not applied.``, ``Answer: $134.24.``,
   ``Helpful: …``) are computed from the parsed docs (``plans.py``) in one fixed format, so a small student can
@@ -233,7 +233,7 @@ class ScriptedTeacher:
             out.append(GOALS.get(task.kind, GOALS["attribute"]))
         viewer = [turn.content for turn in task.history if turn.role == "viewer"]
         host = [turn.content for turn in task.history if turn.role == "host"]
-        if viewer and host:
+        if viewer and host and habit():  # quoting the chat is a habit too: the History line carries the lookup
             out.append(HISTORY.format(viewer=viewer[-1], host=host[-1]))
         lines = list(plan.lines)
         out.append(lines.pop(0))  # Product / History / Compare line
