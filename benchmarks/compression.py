@@ -137,6 +137,20 @@ def compare(rows: list[dict[str, Any]], rft: dict[str, Any]) -> None:
                                  and r["correctness"] >= c0 - 0.02 and r["helpfulness"] >= h0)
 
 
+def paired_deltas(rft_samples: list[dict[str, Any]], samples: list[dict[str, Any]]) -> dict[str, list[float]]:
+    """95% paired confidence intervals (points) of ΔC and ΔH against the RFT student, over the tasks both were
+    scored on: the same test tasks, so task difficulty cancels out of the difference."""
+    from livethink.eval.metrics import paired_difference
+
+    base = {s["task_id"]: s for s in rft_samples}
+    pairs = [(base[s["task_id"]], s) for s in samples if s["task_id"] in base]
+    out = {}
+    for metric, key in (("correct", "d_correctness_ci_pts"), ("helpful", "d_helpfulness_ci_pts")):
+        d = paired_difference([float(b[metric]) for b, _ in pairs], [float(a[metric]) for _, a in pairs])
+        out[key] = [round(100 * d["low"], 1), round(100 * d["high"], 1)]
+    return out
+
+
 def pick_best(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
     """Most compressed variant that meets the target; else that keeps quality (ΔC ≥ −2, ΔH ≥ 0); else any."""
     for pool in ([r for r in rows if r["meets_target"]],
@@ -236,15 +250,22 @@ def markdown(report: dict[str, Any]) -> str:
         "meets target | train min | s/step |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
+    def delta(r: dict[str, Any], metric: str) -> str:
+        if r["kind"] == "rft":
+            return "-"
+        ci = r.get(f"d_{metric}_ci_pts")
+        return f"{r[f'd_{metric}_pts']:+.1f}" + (f" [{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else "")
+
     for r in report["rows"]:
         red = "-" if r["kind"] == "rft" else f"{100 * r['token_reduction']:.1f}%"
         lines.append(
             f"| {r['name']} | {r['tokens']:.1f} | {red} | {100 * r['correctness']:.1f}% | "
-            f"{'-' if r['kind'] == 'rft' else r['d_correctness_pts']} | {100 * r['helpfulness']:.1f}% | "
-            f"{'-' if r['kind'] == 'rft' else r['d_helpfulness_pts']} | {100 * r['truncated_rate']:.1f}% | "
+            f"{delta(r, 'correctness')} | {100 * r['helpfulness']:.1f}% | "
+            f"{delta(r, 'helpfulness')} | {100 * r['truncated_rate']:.1f}% | "
             f"{'-' if r['kind'] == 'rft' else ('yes' if r['meets_target'] else 'no')} | "
             f"{r.get('train_wall_min', '-')} | {r.get('step_time_mean_s', '-')} |")
-    lines += ["", "Target: ≥ 60 % fewer tokens than the RFT student, correctness ≥ RFT − 2 points, helpfulness ≥ RFT.", ""]
+    lines += ["", "Target: ≥ 60 % fewer tokens than the RFT student, correctness ≥ RFT − 2 points, helpfulness ≥ RFT. "
+              "Brackets: 95% paired confidence interval of the change (paired t over the same test tasks).", ""]
     best = report.get("best")
     lines.append(f"**Best variant**: {best['name']} — {100 * best['token_reduction']:.1f}% fewer tokens, "
                  f"ΔC {best['d_correctness_pts']} pts, ΔH {best['d_helpfulness_pts']} pts; target "
@@ -362,10 +383,13 @@ def main(argv: list[str] | None = None) -> int:
                VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"), PYTHONUNBUFFERED="1")
     variants = [v for v in args.variants.split(",") if v]
 
+    samples: dict[str, list[dict[str, Any]]] = {}
+
     def evaluate(model: Path, name: str) -> dict[str, Any]:
         path = runs / "eval" / f"{name}.json"
         wall = run(eval_cmd(args, model, name, path), runs / "eval" / f"{name}.log", env)
-        result = json.loads(path.read_text())["result"]
+        written = json.loads(path.read_text())
+        result, samples[name] = written["result"], written["samples"]
         print(f"[{(time.perf_counter() - start) / 60:5.1f} min] eval {name}: {json.dumps(result['overall'])} ({wall:.0f} s)",
               flush=True)
         return result
@@ -428,6 +452,8 @@ def main(argv: list[str] | None = None) -> int:
         r.update(tokens=o["total_tokens"], correctness=o["correctness"], helpfulness=o["helpfulness"],
                  truncated_rate=o["truncated_rate"])
     compare(rows, rft_row)
+    for r in rows:
+        r.update(paired_deltas(samples["rft"], samples[r["name"]]))
     best = pick_best(rows)
     vs = versus_length_penalty(rows, rft_row)
     total = (time.perf_counter() - start) / 60

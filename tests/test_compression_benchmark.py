@@ -70,3 +70,22 @@ def test_report_only_redoes_the_analysis_of_a_finished_run(tmp_path):
     assert "**Best variant**: length_penalty" in (tmp_path / "compression.md").read_text()
     assert (tmp_path / "compression_correctness.png").stat().st_size > 0
     assert bench.main(["--report-only", "--out", str(tmp_path / "none")]) == 2
+
+
+def test_paired_deltas_match_tasks_by_id_and_show_in_the_table():
+    def s(task, c, h):
+        return {"task_id": task, "correct": c, "helpful": h}
+
+    rft = [s("t1", True, True), s("t2", False, False), s("t3", True, False), s("t4", False, False)]
+    # listed in another order, plus a task the RFT student was not scored on (left out of the pairs)
+    variant = [s("t4", False, False), s("t3", True, True), s("t2", True, False), s("t1", True, True), s("t9", True, True)]
+    out = bench.paired_deltas(rft, variant)
+    # ΔC per task: 0, +1, 0, 0 -> 25 ± 3.182446 × 25 points; ΔH: 0, 0, +1, 0 -> the same
+    assert out["d_correctness_ci_pts"] == [-54.6, 104.6] == out["d_helpfulness_ci_pts"]
+    r = dict(row("baseline", 80.0, 0.5, 0.4), truncated_rate=0.0, **out)
+    bench.compare([r], RFT)
+    meta = {"command": "c", "machine": "x", "threads": 2, "date": "d", "total_wall_min": 1.0, "steps": 2,
+            "prompts_per_step": 8, "generations": 4, "max_completion_length": 384, "lr": 0.002,
+            "rollouts": "vllm", "eval_tasks": 4, "eval_max_tokens": 768}
+    md = bench.markdown({"meta": meta, "rows": [dict(RFT, truncated_rate=0.0), r], "best": None})
+    assert md.count("| +10.0 [-54.6, +104.6] |") == 2  # ΔC and ΔH (50% / 40% against 40% / 30%)
