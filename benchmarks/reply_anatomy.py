@@ -29,6 +29,8 @@ from livethink.rft_distill.teachers.scripted import (
 
 USEFUL_PREFIXES = ("Product:", "Unit price:", "Subtotal:", "Coupon:", "Bundle:", "Compare:", "History:", "Stock:",
                    "Docs:", "Quantity", "Shipping:", "Returns:", "Material:", "Warranty:", "Made", "Care:")
+OPENER_STEMS = tuple(o.split("{q}")[0] for o in OPENERS)
+CHAT_QUOTE_STEM = HISTORY.split("{viewer}")[0]
 CATEGORIES = ("opener", "goal", "chat_quote", "useful", "lead", "answer", "helpful_lead", "helpful", "closer",
               "other", "reply")
 
@@ -43,9 +45,9 @@ def line_kind(line: str) -> str:
         return "helpful_lead"
     if line in CLOSERS:
         return "closer"
-    if line.startswith(HISTORY.split("{viewer}")[0]):
+    if line.startswith(CHAT_QUOTE_STEM):
         return "chat_quote"
-    if line.startswith(tuple(o.split("{q}")[0] for o in OPENERS)):
+    if line.startswith(OPENER_STEMS):
         return "opener"
     if line.startswith("Answer:"):
         return "answer"
