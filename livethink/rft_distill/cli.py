@@ -32,8 +32,16 @@ def dry_run(cfg) -> dict:
         problems.append(f"student_config: file not found: {cfg.student_config}")
     else:
         student = load_student_config(cfg.student_config)
-        report["student"] = validate_student_config(student, check_path=False)
-        if student.pretrained and not Path(student.pretrained).is_dir():
+        on_disk = bool(student.pretrained) and Path(student.pretrained).is_dir()
+        if student.pretrained and not on_disk and student.vocab_size is None:
+            report["student"] = {"pretrained": student.pretrained, "path_checked": False}  # nothing to count from
+        else:
+            try:
+                report["student"] = validate_student_config(student, check_path=on_disk)
+            except ValueError as exc:  # CheckpointError included
+                problems.append(f"student_config: {exc}")
+                report["student"] = {"pretrained": student.pretrained, "path_checked": on_disk}
+        if student.pretrained and not on_disk:
             report["student"]["note"] = f"checkpoint {student.pretrained} is not on this machine (needed at run time)"
     report["not_checked_here"] = "hardware-dependent options (bf16, GPU count) are checked when training starts"
     report["problems"] = problems
