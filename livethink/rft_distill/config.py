@@ -49,6 +49,7 @@ class RFTConfig(SFTConfig):
     # optimizer
     muon: bool = field(default=False, metadata={"help": "Muon on the hidden 2-D matrices, AdamW (adam_* options) on the rest; one learning_rate"})
     muon_momentum: float = field(default=0.95, metadata={"help": "Muon's Nesterov momentum"})
+    trainable_parameters: list[str] | None = field(default=None, metadata={"help": "regexes of the parameter names SFT trains (e.g. 'layers\\.(2[0-9])\\.'); the rest stay frozen, and backward stops at the lowest trainable layer (default: all)"})
     grounded_token_weight: float = field(default=1.0, metadata={"help": "loss weight of completion tokens that also occur in the prompt's docs, history or question (1 = plain SFT)"})
 
     def __post_init__(self) -> None:

@@ -7,6 +7,7 @@ reply. For MoE students TRL adds ``router_aux_loss_coef`` x the load-balancing l
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
@@ -25,6 +26,8 @@ from livethink.rft_distill.token_weights import (
     instruction_token_ids,
     weighted_nll,
 )
+
+logger = logging.getLogger(__name__)
 
 
 def sft_rows(selected: Iterable[JudgedSample], tasks: Mapping[str, Task]) -> list[dict]:
@@ -106,6 +109,11 @@ class StudentSFTTrainer(SFTTrainer):
 
 def train_sft(model, tokenizer, dataset: Dataset, args: SFTConfig, peft_config=None) -> SFTTrainer:
     """Fine-tune; resumes from the newest checkpoint in ``args.output_dir`` if there is one."""
+    if getattr(args, "trainable_parameters", None):
+        from livethink.models.freezing import train_only
+
+        trainable = train_only(model, args.trainable_parameters)
+        logger.info("training %d of %d parameter tensors", len(trainable), len(list(model.parameters())))
     trainer = StudentSFTTrainer(model=model, args=args, train_dataset=dataset, processing_class=tokenizer,
                                 peft_config=peft_config)
     last = get_last_checkpoint(args.output_dir) if Path(args.output_dir).is_dir() else None
