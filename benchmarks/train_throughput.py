@@ -1,9 +1,11 @@
-"""Training throughput of the tiny Qwen3-MoE student on CPU: forward + backward (+ AdamW step), tokens/s.
+"""Training throughput of a student on CPU: forward + backward (+ AdamW step), tokens/s.
 
     .venv/bin/python benchmarks/train_throughput.py [--config configs/tiny/student.yaml] [--batch 16 --seq 256]
+    .venv/bin/python benchmarks/train_throughput.py --config configs/tiny/student_smollm2.yaml --batch 8 --seq 600 \
+        --steps 2 --tag smollm2      # a pretrained student (here SmolLM2-135M-Instruct, converted on first use)
 
 Random token ids (throughput does not depend on the text); the LM loss includes the router aux loss, as in
-SFT. Runs fp32 and bf16 autocast and writes ``benchmarks/results/train_throughput.{json,md}``.
+SFT. Runs fp32 and bf16 autocast and writes ``benchmarks/results/train_throughput[_TAG].{json,md}``.
 """
 
 from __future__ import annotations
@@ -25,10 +27,23 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def build_model(config: StudentConfig):
+    """The student a config describes: a pretrained checkpoint, or a seeded from-scratch Qwen3-MoE."""
+    if config.pretrained:
+        from livethink.models.student import build_student
+
+        return build_student(config)[0].to(torch.float32)
     from transformers import Qwen3MoeForCausalLM
 
     torch.manual_seed(config.seed)
     return Qwen3MoeForCausalLM(config.to_hf_config())
+
+
+def describe(model) -> str:
+    c = model.config
+    text = f"{type(model).__name__} {c.num_hidden_layers} layers, hidden {c.hidden_size}"
+    if getattr(c, "num_experts", None):
+        text += f", {c.num_experts} experts top-{c.num_experts_per_tok}, moe_intermediate {c.moe_intermediate_size}"
+    return text + f", vocab {c.vocab_size}"
 
 
 def measure(model, vocab_size: int, batch: int, seq: int, steps: int, warmup: int, bf16: bool) -> dict:
@@ -72,7 +87,7 @@ def measure(model, vocab_size: int, batch: int, seq: int, steps: int, warmup: in
 def to_markdown(result: dict) -> str:
     p = result["params"]
     lines = [
-        "# Training throughput: tiny Qwen3-MoE student on CPU",
+        "# Training throughput of a student on CPU",
         "",
         f"Command: `{result['command']}`",
         "",
@@ -106,24 +121,24 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--warmup", type=int, default=1)
     parser.add_argument("--precision", choices=["fp32", "bf16", "both"], default="both")
     parser.add_argument("--out", default=str(ROOT / "benchmarks/results"))
+    parser.add_argument("--tag", default="", help="suffix of the result files (train_throughput_TAG.json)")
     args = parser.parse_args(argv)
 
     config = load_student_config(args.config)
-    if config.vocab_size is None:
+    if config.vocab_size is None and not config.pretrained:
         config.vocab_size = args.vocab_size
     model = build_model(config)
+    vocab_size = model.config.vocab_size
     counts = count_params(model)
     load_before = round(os.getloadavg()[0], 2)
     precisions = {"fp32": [False], "bf16": [True], "both": [False, True]}[args.precision]
-    runs = [measure(model, config.vocab_size, args.batch, args.seq, args.steps, args.warmup, bf16)
+    runs = [measure(model, vocab_size, args.batch, args.seq, args.steps, args.warmup, bf16)
             for bf16 in precisions]
     best = max(runs, key=lambda r: r["tokens_per_s"])
     result = {
         "benchmark": "train_throughput",
         "command": " ".join(["python benchmarks/train_throughput.py", *(argv or [])]),
-        "model": (f"Qwen3MoeForCausalLM {config.num_hidden_layers} layers, hidden {config.hidden_size}, "
-                  f"{config.num_experts} experts top-{config.num_experts_per_tok}, moe_intermediate "
-                  f"{config.moe_intermediate_size}, vocab {config.vocab_size}"),
+        "model": describe(model),
         "params": counts.to_dict(),
         "batch": args.batch,
         "seq": args.seq,
@@ -141,8 +156,9 @@ def main(argv: list[str] | None = None) -> int:
     }
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "train_throughput.json").write_text(json.dumps(result, indent=2) + "\n")
-    (out / "train_throughput.md").write_text(to_markdown(result))
+    stem = f"train_throughput_{args.tag}" if args.tag else "train_throughput"
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
+    (out / f"{stem}.md").write_text(to_markdown(result))
     print(to_markdown(result))
     return 0
 
