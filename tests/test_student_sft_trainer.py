@@ -17,14 +17,19 @@ from livethink.rft_distill.teachers.scripted import ScriptedTeacher
 from livethink.rft_distill.token_weights import grounded_token_weights, instruction_token_ids
 
 
-@pytest.fixture(scope="module")
-def trainer_and_batch(liveshop_small, tmp_path_factory):
-    tasks = liveshop_small.tasks["train"][:8]
-    tokenizer = train_tokenizer(corpus_from_tasks(liveshop_small.tasks["train"]), vocab_size=600)
+def tokenizer_and_dataset(liveshop, n_tasks: int):
+    """A small BPE tokenizer and an SFT dataset of the scripted teacher's greedy traces for the first train tasks."""
+    tasks = liveshop.tasks["train"][:n_tasks]
+    tokenizer = train_tokenizer(corpus_from_tasks(liveshop.tasks["train"]), vocab_size=600)
     teacher = ScriptedTeacher(error_rate=0.0)
     selected = [JudgedSample(t.id, 0, teacher.sample(t, 0, SamplingConfig(temperature=0.0)).completion, True, True)
                 for t in tasks]
-    dataset = sft_dataset(selected, {t.id: t for t in tasks})
+    return tokenizer, sft_dataset(selected, {t.id: t for t in tasks})
+
+
+@pytest.fixture(scope="module")
+def trainer_and_batch(liveshop_small, tmp_path_factory):
+    tokenizer, dataset = tokenizer_and_dataset(liveshop_small, 8)
     config = StudentConfig(num_hidden_layers=1, hidden_size=64, head_dim=16, moe_intermediate_size=64, num_experts=4)
     args = RFTConfig(output_dir=str(tmp_path_factory.mktemp("sft")), per_device_train_batch_size=4, use_cpu=True,
                      report_to="none", muon=True, grounded_token_weight=4.0, max_length=1024,
@@ -68,18 +73,14 @@ def test_trainable_parameters_freeze_the_rest(liveshop_small, tmp_path):
     """``trainable_parameters``: one SFT step changes only the parameters the regexes name."""
     from livethink.rft_distill.sft import train_sft
 
-    tasks = liveshop_small.tasks["train"][:4]
-    tokenizer = train_tokenizer(corpus_from_tasks(liveshop_small.tasks["train"]), vocab_size=600)
-    teacher = ScriptedTeacher(error_rate=0.0)
-    selected = [JudgedSample(t.id, 0, teacher.sample(t, 0, SamplingConfig(temperature=0.0)).completion, True, True)
-                for t in tasks]
+    tokenizer, dataset = tokenizer_and_dataset(liveshop_small, 4)
     model = create_student(StudentConfig(num_hidden_layers=2, hidden_size=32, head_dim=16, moe_intermediate_size=32,
                                          num_experts=2, num_experts_per_tok=1), tokenizer)
     before = {n: p.detach().clone() for n, p in model.named_parameters()}
     args = RFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, max_steps=1, use_cpu=True,
                      report_to="none", save_strategy="no", max_length=1024, learning_rate=1e-2,
                      trainable_parameters=[r"layers\.1\.self_attn\."])
-    trainer = train_sft(model, tokenizer, sft_dataset(selected, {t.id: t for t in tasks}), args)
+    trainer = train_sft(model, tokenizer, dataset, args)
     changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), before[n])}
     assert changed and all(n.startswith("model.layers.1.self_attn.") for n in changed)
     assert "model.layers.1.self_attn.q_proj.weight" in changed
