@@ -267,26 +267,26 @@ def test_build_student_from_pretrained_with_lora(student_dir):
     assert tok.eos_token == "<|im_end|>"
 
 
-def test_build_student_from_dense_pretrained_skips_router_options(tmp_path, tokenizer):
-    """A dense checkpoint (e.g. SmolLM2, a Llama) as ``pretrained``: the MoE router options are not passed to it."""
+@pytest.fixture(scope="module")
+def dense_dir(tmp_path_factory, tokenizer):
+    """A saved tiny dense Llama checkpoint (the shape of SmolLM2, a pretrained dense student)."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     dense = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
                                          num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
-    save_student(dense, tokenizer, tmp_path / "dense")
-    model, tok = build_student(load_student_config(TINY_YAML, pretrained=str(tmp_path / "dense")))
+    return save_student(dense, tokenizer, tmp_path_factory.mktemp("dense"))
+
+
+def test_build_student_from_dense_pretrained_skips_router_options(dense_dir):
+    """A dense checkpoint (e.g. SmolLM2, a Llama) as ``pretrained``: the MoE router options are not passed to it."""
+    model, tok = build_student(load_student_config(TINY_YAML, pretrained=str(dense_dir)))
     assert type(model).__name__ == "LlamaForCausalLM"
     assert not hasattr(model.config, "output_router_logits")
     assert tok.eos_token == "<|im_end|>"
 
 
-def test_dry_run_of_a_dense_checkpoint_skips_moe_fields_and_checks_the_rest(tmp_path, tokenizer):
-    from transformers import LlamaConfig, LlamaForCausalLM
-
-    dense = LlamaForCausalLM(LlamaConfig(vocab_size=len(tokenizer), hidden_size=32, intermediate_size=64,
-                                         num_hidden_layers=1, num_attention_heads=2, num_key_value_heads=1))
-    save_student(dense, tokenizer, tmp_path / "dense")
-    stated = {"pretrained": str(tmp_path / "dense"), "num_hidden_layers": 1, "hidden_size": 32,
+def test_dry_run_of_a_dense_checkpoint_skips_moe_fields_and_checks_the_rest(dense_dir):
+    stated = {"pretrained": str(dense_dir), "num_hidden_layers": 1, "hidden_size": 32,
               "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16, "max_position_embeddings": 2048,
               "tie_word_embeddings": False}
     summary = validate_student_config(StudentConfig(**stated))
