@@ -18,6 +18,7 @@ from typing import Any
 
 import yaml
 
+from livethink.data.reasoning_format import THINK
 from livethink.serve.budget import TokenBudget
 from livethink.serve.config import ServeConfig, parse_config
 from livethink.serve.engines import EngineSet
@@ -131,6 +132,7 @@ class SlowEngine:
     """
 
     kind = "fake"
+    reasoning_format = THINK
 
     def __init__(
         self,

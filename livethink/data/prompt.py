@@ -1,15 +1,17 @@
 """How a task becomes a chat prompt, and how a completion is laid out.
 
 A completion is ``<think>\n{reasoning}\n</think>\n\n{reply}``: the reasoning trace first, then the reply the
-avatar speaks. The same layout is used by the teacher, the SFT targets, the rewards and the server.
+avatar speaks. The same layout is used by the teacher, the SFT targets, the rewards and the server; the delimiters
+are the model's ``ReasoningFormat`` (``livethink.data.reasoning_format``), ``<think>``/``</think>`` by default.
 """
 
 from __future__ import annotations
 
+from livethink.data.reasoning_format import THINK, ReasoningFormat
 from livethink.data.schema import Task
 
-THINK_OPEN = "<think>"
-THINK_CLOSE = "</think>"
+THINK_OPEN = THINK.start
+THINK_CLOSE = THINK.end
 
 SYSTEM_PROMPT = (
     "You are the shopping assistant of a livestream. Answer the viewer using only the product docs below. "
@@ -32,6 +34,6 @@ def build_messages(task: Task) -> list[dict[str, str]]:
     return messages
 
 
-def format_completion(reasoning: str, reply: str) -> str:
-    """Lay out a reasoning trace and a reply as one completion string."""
-    return f"{THINK_OPEN}\n{reasoning.strip()}\n{THINK_CLOSE}\n\n{reply.strip()}"
+def format_completion(reasoning: str, reply: str, fmt: ReasoningFormat = THINK) -> str:
+    """Lay out a reasoning trace and a reply as one completion string, in the model's reasoning format."""
+    return fmt.format_completion(reasoning, reply)

@@ -9,6 +9,9 @@ Rules, in order:
   after ``<think>``, reply = "" (an unfinished completion never gets credit for a reply);
 - no tags at all: reasoning = "", reply = the whole text.
 
+The delimiters are the model's ``ReasoningFormat`` (``fmt``, ``<think>``/``</think>`` by default); with the
+``none`` format a completion is all reply.
+
 Completions may also be chat message lists (TRL conversational data): the last assistant message is used, and a
 ``reasoning_content`` / ``reasoning`` field (vLLM/OpenAI reasoning parsers) counts as the reasoning.
 """
@@ -19,9 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from livethink.data.prompt import THINK_CLOSE, THINK_OPEN
-
-_TAGS = re.compile(re.escape(THINK_OPEN) + "|" + re.escape(THINK_CLOSE))
+from livethink.data.reasoning_format import THINK, ReasoningFormat
 
 Completion = str | list[dict[str, Any]] | dict[str, Any]
 
@@ -57,25 +58,34 @@ def completion_text(completion: Completion) -> tuple[str, str | None]:
     return str(content), (str(reasoning) if reasoning else None)
 
 
-def parse_completion(completion: Completion) -> Parsed:
+def _tags(fmt: ReasoningFormat) -> re.Pattern[str]:
+    return re.compile(re.escape(fmt.start) + "|" + re.escape(fmt.end))
+
+
+def parse_completion(completion: Completion, fmt: ReasoningFormat = THINK) -> Parsed:
     """Reasoning and reply of a completion (see module docstring for the rules)."""
     text, separate_reasoning = completion_text(completion)
-    if separate_reasoning is not None and THINK_CLOSE not in text:
-        return Parsed(separate_reasoning.strip(), _TAGS.sub("", text).strip(), True, True)
-    close = text.rfind(THINK_CLOSE)
+    if not fmt.thinks:
+        if separate_reasoning is not None:
+            return Parsed(separate_reasoning.strip(), text.strip(), True, True)
+        return Parsed("", text.strip(), False, True)
+    tags = _tags(fmt)
+    if separate_reasoning is not None and fmt.end not in text:
+        return Parsed(separate_reasoning.strip(), tags.sub("", text).strip(), True, True)
+    close = text.rfind(fmt.end)
     if close >= 0:
-        reasoning = _TAGS.sub("", text[:close]).strip()
+        reasoning = tags.sub("", text[:close]).strip()
         if separate_reasoning:
             reasoning = (separate_reasoning.strip() + "\n" + reasoning).strip()
-        reply = text[close + len(THINK_CLOSE) :].strip()
+        reply = text[close + len(fmt.end) :].strip()
         return Parsed(reasoning, reply, True, True)
-    open_ = text.find(THINK_OPEN)
+    open_ = text.find(fmt.start)
     if open_ >= 0:
-        return Parsed(_TAGS.sub("", text[open_ + len(THINK_OPEN) :]).strip(), "", True, False)
+        return Parsed(tags.sub("", text[open_ + len(fmt.start) :]).strip(), "", True, False)
     return Parsed("", text.strip(), False, True)
 
 
-def split_completion(completion: Completion) -> tuple[str, str]:
+def split_completion(completion: Completion, fmt: ReasoningFormat = THINK) -> tuple[str, str]:
     """(reasoning, reply): the short form of ``parse_completion``."""
-    parsed = parse_completion(completion)
+    parsed = parse_completion(completion, fmt)
     return parsed.reasoning, parsed.reply

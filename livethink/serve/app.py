@@ -15,6 +15,8 @@ import functools
 import hmac
 import json
 import logging
+import os
+import sys
 import time
 from collections.abc import AsyncIterator
 from typing import Any
@@ -26,7 +28,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from livethink import __version__
 from livethink.serve.config import ServeConfig
-from livethink.serve.engines import EngineSet, start_engines
+from livethink.serve.engines import EngineSet, EngineStartError, start_engines
 from livethink.serve.errors import APIError, bad_request, not_found, validation_error
 from livethink.serve.hooks import (
     ABTestHooks,
@@ -200,7 +202,14 @@ def create_app(
         metrics = ServeMetrics()
         es = engine_set
         if es is None:
-            es = await start_engines(config)
+            try:
+                es = await start_engines(config)
+            except EngineStartError as exc:
+                log.error("%s", exc)
+                if app.state.exit_on_engine_error:  # the CLI: the reason, not a stack trace
+                    print(f"livethink serve: {exc}", file=sys.stderr, flush=True)
+                    os._exit(3)
+                raise
         else:
             for engine in es.engines.values():
                 await engine.start()
@@ -216,6 +225,7 @@ def create_app(
         if config.engine.warmup:
             await svc.warmup()
         app.state.service = svc
+        app.state.engine_fallback = es.fallback_reason
         app.state.started = int(time.time())
         lag_task = asyncio.create_task(svc.controller.loop_lag.run())
         try:
@@ -237,6 +247,7 @@ def create_app(
         description="Latency-budgeted livestream replies on vLLM",
     )
     app.state.config = config
+    app.state.exit_on_engine_error = False
     app.state.auth_keys = config.auth.keys()
     app.add_middleware(ArrivalTime)
     _install_error_handlers(app)
@@ -250,7 +261,14 @@ def create_app(
     @app.get("/health", dependencies=[require_key])
     async def health(request: Request) -> dict[str, Any]:
         svc = service(request)
-        return {"status": "ok", "models": svc.models, "engines": {k: e.kind for k, e in svc.engines.items()}}
+        return {
+            "status": "ok",
+            "models": svc.models,
+            "engines": {k: e.kind for k, e in svc.engines.items()},
+            # engine.kind auto: why vLLM is not serving (null when it is, or when transformers was asked for)
+            "engine_fallback": request.app.state.engine_fallback,
+            "reasoning": {m: svc.reasoning_format(m).to_dict() for m in svc.models},
+        }
 
     @app.get("/version", dependencies=[require_key])
     async def version() -> dict[str, str]:

@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
     level = config.server.log_level
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(config)
+    app.state.exit_on_engine_error = True
     uvicorn.run(
         app,
         host=config.server.host,

@@ -13,8 +13,9 @@ from typing import Any, Literal
 from urllib.parse import urlparse
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from livethink.data.reasoning_format import parse_setting
 from livethink.serve.budget import BudgetPolicy
 from livethink.serve.controller import EstimatorSettings
 
@@ -35,6 +36,15 @@ class ModelSpec(_Strict):
     base: str | None = None
     lora: str | None = None
     max_concurrency: int | None = Field(default=None, ge=1)
+    # reasoning delimiters: auto (checkpoint's reasoning_format.json, else the tokenizer), think, none, or
+    # {start, end} (strings of any token length); see livethink.data.reasoning_format
+    reasoning: str | dict[str, str] = "auto"
+
+    @field_validator("reasoning")
+    @classmethod
+    def _reasoning(cls, value: Any) -> Any:
+        parse_setting(value, field="reasoning")
+        return value
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSpec:
@@ -54,7 +64,7 @@ class EngineConfig(_Strict):
     transformers_device: str = "auto"  # the accelerator if torch sees one, else cpu; or e.g. "cpu", "cuda:1"
     max_model_len: int = Field(default=1024, ge=64)
     enforce_eager: bool = True
-    kv_cache_gib: float | None = Field(default=1.0, gt=0)  # VLLM_CPU_KVCACHE_SPACE
+    kv_cache_gib: int | None = Field(default=1, gt=0)  # VLLM_CPU_KVCACHE_SPACE (whole GiB, as vLLM reads it)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     tensor_parallel_size: int = Field(default=1, ge=1)
     max_num_seqs: int | None = Field(default=None, ge=1)

@@ -1,7 +1,8 @@
 """Split a streamed completion into reasoning and reply deltas, and pick what is usable at a deadline.
 
-The server pre-fills ``<think>\\n`` (or an empty think block when thinking is off), so generated text starts
-inside the reasoning; everything after ``</think>`` is the reply. Tags may arrive split across deltas, so a
+The server pre-fills the model's reasoning start (``<think>\\n`` by default; see ``ReasoningFormat``), so generated
+text starts inside the reasoning; everything after the reasoning end (``</think>``) is the reply. A model that does not
+think (format ``none``) produces only reply. Tags may arrive split across deltas, so a
 possible tag prefix at the end of a delta is held back until the next one. The final, non-streamed split
 uses ``livethink.rewards.parse.parse_completion`` (same rules as the rewards).
 """
@@ -12,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Literal
 
-from livethink.data.prompt import THINK_CLOSE, THINK_OPEN
+from livethink.data.reasoning_format import THINK, ReasoningFormat
 
 Phase = Literal["reasoning", "reply"]
 _SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
@@ -31,6 +32,7 @@ class ThinkSplitter:
     """Incremental splitter: ``feed(text)`` → [(phase, text), ...]; ``flush()`` at the end."""
 
     phase: Phase = "reasoning"
+    fmt: ReasoningFormat = THINK
     _held: str = ""
     _reply_started: bool = field(default=False, init=False)
     reasoning: str = field(default="", init=False)
@@ -40,15 +42,17 @@ class ThinkSplitter:
         text = self._held + text
         self._held = ""
         out: list[tuple[Phase, str]] = []
+        if not self.fmt.thinks:
+            self.phase = "reply"
         while text:
             if self.phase == "reasoning":
-                close = text.find(THINK_CLOSE)
+                close = text.find(self.fmt.end)
                 if close >= 0:
                     self._emit(out, "reasoning", text[:close])
                     self.phase = "reply"
-                    text = text[close + len(THINK_CLOSE) :]
+                    text = text[close + len(self.fmt.end) :]
                     continue
-                keep = max(_partial_suffix(text, THINK_CLOSE), _partial_suffix(text, THINK_OPEN))
+                keep = max(_partial_suffix(text, self.fmt.end), _partial_suffix(text, self.fmt.start))
                 self._emit(out, "reasoning", text[: len(text) - keep])
                 self._held = text[len(text) - keep :]
                 return out
@@ -65,7 +69,7 @@ class ThinkSplitter:
 
     def _emit(self, out: list[tuple[Phase, str]], phase: Phase, text: str) -> None:
         if phase == "reasoning":
-            text = text.replace(THINK_OPEN, "")
+            text = text.replace(self.fmt.start, "")
             if not self.reasoning:
                 text = text.lstrip()
         elif not self._reply_started:

