@@ -1,4 +1,5 @@
-"""`livethink doctor`: what is installed, what hardware there is, and which engine serving will use."""
+"""`livethink doctor [--config configs/tiny/serve.yaml]`: what is installed, what hardware there is, which engine
+serving will use and why, and (with a serve config) each model's reasoning format and where it came from."""
 
 from __future__ import annotations
 
@@ -33,8 +34,47 @@ def engine_choice() -> str:
     return "vllm" if ok else "transformers"
 
 
+def serve_report(config_path: str) -> list[str]:
+    """Lines about a serve config: the engine ``engine.kind`` leads to (and why), each model's reasoning format."""
+    from livethink.data.reasoning_format import resolve
+    from livethink.models.loading import load_tokenizer_for
+    from livethink.serve.config import load_config
+    from livethink.serve.engines.vllm_engine import kv_cache_env
+
+    config = load_config(config_path)
+    lines = []
+    ok, why = vllm_status()
+    kind = config.engine.kind
+    if kind == "transformers":
+        lines.append("engine      transformers (engine.kind: transformers)")
+    elif not ok:
+        verdict = "fails at start" if kind == "vllm" else "falls back to transformers"
+        lines.append(f"engine      engine.kind {kind}: {verdict}, because vLLM does not import: {why}")
+    else:
+        try:
+            kv = kv_cache_env(config.engine.kv_cache_gib)
+            lines.append(f"engine      vllm (engine.kind: {kind}; VLLM_CPU_KVCACHE_SPACE={kv})")
+        except ValueError as exc:
+            verdict = "fails at start" if kind == "vllm" else "falls back to transformers"
+            lines.append(f"engine      engine.kind {kind}: {verdict}, because {exc}")
+    for name, spec in config.models.items():
+        path = spec.path or config.models[spec.base].path
+        try:
+            fmt, source = resolve(spec.reasoning, load_tokenizer_for(path), path)
+            lines.append(f"model {name:<6} {path}: reasoning {fmt.describe()} ({source})")
+        except Exception as exc:  # noqa: BLE001 - report, don't crash: doctor is a diagnosis
+            lines.append(f"model {name:<6} {path}: cannot read ({type(exc).__name__}: {exc})")
+    return lines
+
+
 def main(argv: list[str] | None = None) -> int:
+    import argparse
+
     import torch
+
+    parser = argparse.ArgumentParser(prog="livethink doctor", description=__doc__)
+    parser.add_argument("--config", help="a serve config: report its engine choice and the models' reasoning formats")
+    args = parser.parse_args(argv)
 
     print(f"python      {sys.version.split()[0]} ({platform.platform()})")
     print(f"cpu         {os.cpu_count()} cores, {platform.machine()}")
@@ -51,6 +91,13 @@ def main(argv: list[str] | None = None) -> int:
     print(f"engine      {engine_choice()} (serving default)")
     offline = os.environ.get("HF_HUB_OFFLINE", "0")
     print(f"hf offline  HF_HUB_OFFLINE={offline}")
+    if args.config:
+        try:
+            for line in serve_report(args.config):
+                print(line)
+        except ValueError as exc:
+            print(f"livethink doctor: invalid config: {exc}", file=sys.stderr)
+            return 2
     return 0
 
 

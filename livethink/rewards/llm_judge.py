@@ -48,6 +48,17 @@ helpful.
 
 Answer with only a JSON object: {"correct": true|false, "helpful": true|false, "reason": "<one short sentence>"}"""
 
+VERDICT_SCHEMA: dict[str, Any] = {
+    "type": "object",
+    "properties": {
+        "correct": {"type": "boolean"},
+        "helpful": {"type": "boolean"},
+        "reason": {"type": "string", "maxLength": 200},
+    },
+    "required": ["correct", "helpful", "reason"],
+    "additionalProperties": False,
+}
+
 RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
 
 
@@ -74,7 +85,9 @@ class LLMJudgeConfig:
     max_concurrency: int = 8
     temperature: float = 0.0
     max_tokens: int = 512
-    json_mode: bool = False  # send response_format={"type": "json_object"} (not every server supports it)
+    # response_format: True = {"type": "json_object"}; "schema" = the verdict's JSON schema (vLLM structured outputs:
+    # even a small model then answers with a parsable verdict); False = none (not every server supports them)
+    json_mode: bool | Literal["schema"] = False
     include_reference: bool = True  # show the shop's reference answer to the judge
     cache_path: str | None = "~/.cache/livethink/llm_judge.sqlite"  # None: no disk cache
     on_error: Literal["reject", "raise"] = "reject"
@@ -88,6 +101,8 @@ class LLMJudgeConfig:
         if unknown:
             raise ValueError(f"unknown LLM judge option(s) {unknown}; known: {sorted(known)}")
         config = cls(**options)
+        if config.json_mode not in (True, False, "schema"):
+            raise ValueError(f"json_mode must be true, false or 'schema', got {config.json_mode!r}")
         if config.on_error not in ("reject", "raise"):
             raise ValueError(f"on_error must be 'reject' or 'raise', got {config.on_error!r}")
         if config.max_concurrency < 1 or config.max_retries < 0 or config.timeout_s <= 0:
@@ -252,7 +267,9 @@ class LLMJudge:
             "max_tokens": self.config.max_tokens,
             **self.config.extra_body,
         }
-        if self.config.json_mode:
+        if self.config.json_mode == "schema":
+            payload["response_format"] = {"type": "json_schema", "json_schema": {"name": "verdict", "schema": VERDICT_SCHEMA}}
+        elif self.config.json_mode:
             payload["response_format"] = {"type": "json_object"}
         return payload
 

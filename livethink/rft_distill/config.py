@@ -13,6 +13,7 @@ from trl import SFTConfig
 from livethink.rft_distill.acceptance import SELECTION_POLICIES
 
 TEACHER_TYPES = ("scripted", "openai", "vllm", "transformers")
+JSON_MODES = {"none": False, "json_object": True, "schema": "schema"}  # judge_json_mode -> LLMJudgeConfig.json_mode
 
 
 @dataclass
@@ -41,6 +42,7 @@ class RFTConfig(SFTConfig):
     judge: str = field(default="rubric", metadata={"help": "rubric | llm"})
     judge_base_url: str | None = field(default=None, metadata={"help": "LLM judge endpoint (judge=llm)"})
     judge_model: str | None = field(default=None)
+    judge_json_mode: str = field(default="none", metadata={"help": "LLM judge response_format: none | json_object | schema (the verdict's JSON schema; vLLM structured outputs)"})
     selection: str = field(default="random", metadata={"help": f"which accepted samples become SFT targets: {', '.join(SELECTION_POLICIES)}"})
     # student
     student_config: str = field(default="configs/tiny/student.yaml", metadata={"help": "student YAML (architecture, or a pretrained dir + LoRA)"})
@@ -70,5 +72,7 @@ class RFTConfig(SFTConfig):
             raise ValueError("teacher_base_url is required when teacher=openai")
         if self.teacher in ("vllm", "transformers") and not self.teacher_model:
             raise ValueError(f"teacher_model (a local checkpoint dir) is required when teacher={self.teacher}")
+        if self.judge_json_mode not in JSON_MODES:
+            raise ValueError(f"judge_json_mode must be one of {tuple(JSON_MODES)}, got {self.judge_json_mode!r}")
         if self.judge == "llm" and not (self.judge_base_url and self.judge_model):
             raise ValueError("judge_base_url and judge_model are required when judge=llm")

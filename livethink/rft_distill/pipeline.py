@@ -15,7 +15,7 @@ from typing import Any
 from livethink.data.io import read_tasks
 from livethink.data.schema import Task
 from livethink.rft_distill.acceptance import AcceptanceReport, accept_and_select, judge_samples
-from livethink.rft_distill.config import RFTConfig
+from livethink.rft_distill.config import JSON_MODES, RFTConfig
 
 logger = logging.getLogger(__name__)
 
@@ -81,7 +81,8 @@ def judge_and_select(cfg: RFTConfig, tasks: list[Task], samples_dir: Path, out_d
     from livethink.rft_distill.sampling import read_samples
 
     judge_cfg = {"name": "rubric"} if cfg.judge == "rubric" else {
-        "name": "llm", "base_url": cfg.judge_base_url, "model": cfg.judge_model}
+        "name": "llm", "base_url": cfg.judge_base_url, "model": cfg.judge_model,
+        "json_mode": JSON_MODES[cfg.judge_json_mode]}
     by_id = {t.id: t for t in tasks}
     records = (r for r in read_samples(samples_dir) if r["task_id"] in by_id)
     judged = judge_samples(records, by_id, make_judge(judge_cfg))
