@@ -6,6 +6,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from livethink.data.reasoning_format import THINK, ReasoningFormat, resolve
 from livethink.data.schema import Task
 from livethink.eval.metrics import SampleEval, latency_summary, summarize, summarize_by_kind
 from livethink.rewards.judge import Judge
@@ -23,13 +24,16 @@ def judge_completions(
     completions: Mapping[str, tuple[str, str]],
     judge: Judge,
     count_tokens: TokenCounter,
+    fmt: ReasoningFormat = THINK,
 ) -> list[SampleEval]:
-    """``completions``: task id -> (completion text, finish reason)."""
+    """``completions``: task id -> (completion text, finish reason), in the model's reasoning format ``fmt``."""
     evals = []
     for task in tasks:
         text, finish = completions[task.id]
+        parsed = parse_completion(text, fmt)
+        if fmt != THINK:  # the judges read the <think> layout
+            text = THINK.format_completion(parsed.reasoning, parsed.reply) if parsed.closed else parsed.reply
         verdict = judge.score(task, text)
-        parsed = parse_completion(text)
         evals.append(SampleEval(task.id, task.kind, verdict.correct, verdict.helpful,
                                 count_tokens(parsed.reasoning), count_tokens(parsed.reply), finish))
     return evals
@@ -72,10 +76,11 @@ def evaluate_model(
         generations = generator.generate(tasks, max_tokens=max_tokens)
         probes = generator.probe_latency(tasks[:latency_probes], max_tokens=max_tokens) if latency_probes else []
         count = token_counter(generator.tokenizer)
+        fmt, _ = resolve("auto", generator.tokenizer, model_dir)
     finally:
         generator.close()
     completions = {g.task_id: (g.completion, g.finish_reason) for g in generations}
-    samples = judge_completions(tasks, completions, judge, count)
+    samples = judge_completions(tasks, completions, judge, count, fmt)
     latency = latency_summary([p.ttft_s for p in probes], [p.e2e_s for p in probes]) if probes else None
     result = model_result(name or Path(model_dir).name, samples, active, latency,
                           {"model": str(model_dir), "engine": engine, "calculator": calculator,

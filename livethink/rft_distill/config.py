@@ -45,6 +45,7 @@ class RFTConfig(SFTConfig):
     judge_json_mode: str = field(default="none", metadata={"help": "LLM judge response_format: none | json_object | schema (the verdict's JSON schema; vLLM structured outputs)"})
     selection: str = field(default="random", metadata={"help": f"which accepted samples become SFT targets: {', '.join(SELECTION_POLICIES)}"})
     # student
+    reasoning: str = field(default="auto", metadata={"help": "reasoning delimiters the student learns: auto (its own, else <think>/</think> as text) | think | none (replies only)"})
     student_config: str = field(default="configs/tiny/student.yaml", metadata={"help": "student YAML (architecture, or a pretrained dir + LoRA)"})
     tokenizer_dir: str | None = field(default="artifacts/tiny/tokenizer", metadata={"help": "tokenizer dir for a from-scratch student (trained on the data if missing)"})
     tokenizer_vocab_size: int = field(default=4096)
@@ -72,6 +73,8 @@ class RFTConfig(SFTConfig):
             raise ValueError("teacher_base_url is required when teacher=openai")
         if self.teacher in ("vllm", "transformers") and not self.teacher_model:
             raise ValueError(f"teacher_model (a local checkpoint dir) is required when teacher={self.teacher}")
+        if self.reasoning not in ("auto", "think", "none"):
+            raise ValueError(f"reasoning must be auto, think or none, got {self.reasoning!r}")
         if self.judge_json_mode not in JSON_MODES:
             raise ValueError(f"judge_json_mode must be one of {tuple(JSON_MODES)}, got {self.judge_json_mode!r}")
         if self.judge == "llm" and not (self.judge_base_url and self.judge_model):

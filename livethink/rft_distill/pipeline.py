@@ -112,7 +112,7 @@ def acceptance_markdown(report: AcceptanceReport) -> str:
 def run_rft(cfg: RFTConfig) -> Path:
     """Run stage 1 and return the directory of the fine-tuned student (``<output_dir>/final``)."""
     from livethink.models.student import build_student, load_student_config, save_student
-    from livethink.rft_distill.sft import sft_dataset, train_sft
+    from livethink.rft_distill.sft import sft_dataset, student_format, train_sft
 
     out_dir = Path(cfg.output_dir)
     final_dir = out_dir / "final"
@@ -148,12 +148,15 @@ def run_rft(cfg: RFTConfig) -> Path:
     else:
         by_id = {task.id: task for task in tasks}
         model, tokenizer = build_student(student_cfg, tokenizer)
+        fmt = student_format(cfg.reasoning, tokenizer)
+        logger.info("the student learns the reasoning format %s", fmt.describe())
         peft_config = None
-        trainer = train_sft(model, tokenizer, sft_dataset(selected, by_id), cfg, peft_config)
+        trainer = train_sft(model, tokenizer, sft_dataset(selected, by_id, fmt), cfg, peft_config)
         model = trainer.model
         if hasattr(model, "merge_and_unload"):
             model = model.merge_and_unload()
         save_student(model, tokenizer, final_dir, student_cfg)
+        fmt.save(final_dir)  # serving, eval and stage 2 read the delimiters from the checkpoint
         timings["sft_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - start
     summary = {"final_dir": str(final_dir), "sampling": sampling_summary, "acceptance": report.as_dict(),

@@ -17,7 +17,9 @@ from transformers.trainer_utils import SchedulerType, get_last_checkpoint
 from trl import SFTConfig, SFTTrainer
 
 from livethink.data.prompt import build_messages
+from livethink.data.reasoning_format import THINK, ReasoningFormat, detect, parse_setting
 from livethink.data.schema import Task
+from livethink.rewards.parse import split_completion
 from livethink.rft_distill.acceptance import JudgedSample
 from livethink.rft_distill.muon import MuonAdamW
 from livethink.rft_distill.token_weights import (
@@ -30,20 +32,34 @@ from livethink.rft_distill.token_weights import (
 logger = logging.getLogger(__name__)
 
 
-def sft_rows(selected: Iterable[JudgedSample], tasks: Mapping[str, Task]) -> list[dict]:
-    """Prompt-completion rows (TRL conversational format) for the selected samples."""
+def sft_rows(selected: Iterable[JudgedSample], tasks: Mapping[str, Task], fmt: ReasoningFormat = THINK) -> list[dict]:
+    """Prompt-completion rows (TRL conversational format) for the selected samples, laid out in the student's
+    reasoning format (the teacher's samples are stored in the ``<think>`` layout)."""
+    def target(completion: str) -> str:
+        return completion if fmt == THINK else fmt.format_completion(*split_completion(completion))
+
     return [
         {
             "prompt": build_messages(tasks[s.task_id]),
-            "completion": [{"role": "assistant", "content": s.completion}],
+            "completion": [{"role": "assistant", "content": target(s.completion)}],
             "task_id": s.task_id,
         }
         for s in selected
     ]
 
 
-def sft_dataset(selected: Iterable[JudgedSample], tasks: Mapping[str, Task]) -> Dataset:
-    rows = sft_rows(selected, tasks)
+def student_format(setting: str, tokenizer) -> ReasoningFormat:
+    """The delimiters stage 1 teaches: ``auto`` keeps a student's own (Qwen3, DeepSeek-R1 distills) and gives a
+    model without any ``<think>``/``</think>`` as text; ``think`` / ``none`` (replies only) as asked."""
+    configured = parse_setting(setting, field="reasoning")
+    if configured is not None:
+        return configured
+    own, _ = detect(tokenizer)
+    return own if own.thinks else THINK
+
+
+def sft_dataset(selected: Iterable[JudgedSample], tasks: Mapping[str, Task], fmt: ReasoningFormat = THINK) -> Dataset:
+    rows = sft_rows(selected, tasks, fmt)
     if not rows:
         raise ValueError("no accepted samples to fine-tune on: check the teacher and the judge (acceptance report)")
     return Dataset.from_list(rows)
