@@ -60,8 +60,15 @@ class _FixedVerdict:
 class _LengthJudge:
     """Accepts completions longer than 3 characters (stands in for a rubric)."""
 
+    def __init__(self):
+        self.batches: list[int] = []
+
     def score(self, task, completion):
         return _FixedVerdict(len(completion) > 3, len(completion) > 3)
+
+    def score_many(self, items):
+        self.batches.append(len(items))
+        return [self.score(task, completion) for task, completion in items]
 
 
 def test_judge_samples_records_errors_without_calling_judge(liveshop_small):
@@ -71,6 +78,18 @@ def test_judge_samples_records_errors_without_calling_judge(liveshop_small):
         {"task_id": task.id, "sample_index": 1, "completion": None, "error": "timeout"},
         {"task_id": "nope", "sample_index": 0, "completion": "long enough"},
     ]
-    judged = list(judge_samples(records, {task.id: task}, _LengthJudge()))
+    judge = _LengthJudge()
+    judged = list(judge_samples(records, {task.id: task}, judge))
     assert [j.accepted for j in judged] == [True, False, False]
     assert judged[1].error == "timeout" and "unknown task_id" in judged[2].error
+    assert judge.batches == [1]  # only the valid record reached the judge
+
+
+def test_judge_samples_scores_in_batches_in_order(liveshop_small):
+    task = liveshop_small.tasks["train"][0]
+    records = [{"task_id": task.id, "sample_index": i, "completion": "x" * i} for i in range(7)]
+    judge = _LengthJudge()
+    judged = list(judge_samples(records, {task.id: task}, judge, batch_size=3))
+    assert judge.batches == [3, 3, 1]
+    assert [j.sample_index for j in judged] == list(range(7))
+    assert [j.accepted for j in judged] == [False] * 4 + [True] * 3

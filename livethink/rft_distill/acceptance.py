@@ -6,6 +6,7 @@ a prompt's accepted candidates become SFT targets: ``all``, one ``random`` one, 
 
 from __future__ import annotations
 
+import itertools
 import random
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping, Sequence
@@ -25,6 +26,8 @@ class _Verdict(Protocol):
 
 class _Judge(Protocol):
     def score(self, task: Task, completion: str) -> _Verdict: ...
+
+    def score_many(self, items: Sequence[tuple[Task, str]]) -> list[_Verdict]: ...
 
 
 @dataclass(frozen=True)
@@ -93,21 +96,27 @@ def select(accepted: Sequence[JudgedSample], policy: SelectionPolicy, rng: rando
 
 
 def judge_samples(
-    records: Iterable[Mapping[str, Any]], tasks: Mapping[str, Task], judge: _Judge
+    records: Iterable[Mapping[str, Any]], tasks: Mapping[str, Task], judge: _Judge, batch_size: int = 64
 ) -> Iterable[JudgedSample]:
-    """Judge raw sample records (``task_id``, ``sample_index``, ``completion``, ``error``)."""
-    for record in records:
-        task = tasks.get(record["task_id"])
-        error = record.get("error")
-        if task is None:
-            error = error or f"unknown task_id {record['task_id']!r}"
-        completion = record.get("completion") or ""
-        if error:
-            yield JudgedSample(record["task_id"], int(record["sample_index"]), completion, False, False, error)
-            continue
-        verdict = judge.score(task, completion)
-        yield JudgedSample(record["task_id"], int(record["sample_index"]), completion, bool(verdict.correct),
-                           bool(verdict.helpful))
+    """Judge raw sample records (``task_id``, ``sample_index``, ``completion``, ``error``), in input order.
+
+    Records are scored ``batch_size`` at a time with ``judge.score_many`` (an LLM judge sends those requests in
+    parallel), so memory stays bounded on a large sample set."""
+    for chunk in itertools.batched(records, batch_size):
+        todo = [(task, record.get("completion") or "") for record in chunk
+                if not record.get("error") and (task := tasks.get(record["task_id"])) is not None]
+        verdicts = iter(judge.score_many(todo))
+        for record in chunk:
+            completion = record.get("completion") or ""
+            error = record.get("error")
+            if record["task_id"] not in tasks:
+                error = error or f"unknown task_id {record['task_id']!r}"
+            if error:
+                yield JudgedSample(record["task_id"], int(record["sample_index"]), completion, False, False, error)
+                continue
+            verdict = next(verdicts)
+            yield JudgedSample(record["task_id"], int(record["sample_index"]), completion, bool(verdict.correct),
+                               bool(verdict.helpful))
 
 
 def accept_and_select(
