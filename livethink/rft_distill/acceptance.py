@@ -102,7 +102,8 @@ def judge_samples(
 
     Records are scored ``batch_size`` at a time with ``judge.score_many`` (an LLM judge sends those requests in
     parallel), so memory stays bounded on a large sample set."""
-    for chunk in itertools.batched(records, batch_size):
+    records = iter(records)
+    while chunk := list(itertools.islice(records, batch_size)):
         todo = [(task, record.get("completion") or "") for record in chunk
                 if not record.get("error") and (task := tasks.get(record["task_id"])) is not None]
         verdicts = iter(judge.score_many(todo))
