@@ -58,7 +58,10 @@ def recipe_run(tmp_path):
         proc = subprocess.Popen(["bash", str(script)], cwd=tmp_path, env=env, stdout=out, stderr=subprocess.STDOUT,
                                 start_new_session=True)
     try:
-        rc = proc.wait(timeout=780)
+        try:
+            rc = proc.wait(timeout=780)
+        except subprocess.TimeoutExpired:
+            raise AssertionError(f"recipe still running after 780 s:\n{log.read_text()[-6000:]}") from None
         wall = time.monotonic() - start
         assert rc == 0, f"recipe failed (exit {rc}):\n{log.read_text()[-6000:]}"
         yield wall, tmp_path
