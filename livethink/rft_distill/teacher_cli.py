@@ -2,7 +2,7 @@
 
     livethink teacher --config configs/tiny/teacher_smollm2.yaml [--key value ...]
     livethink teacher --data DIR --split train --limit 100 --k 4 --teacher scripted --out runs/teacher/scripted
-    livethink teacher --teacher openai --base-url http://127.0.0.1:8000/v1 --model smollm2 --data DIR --out OUT
+    livethink teacher --teacher openai --base_url http://127.0.0.1:8000/v1 --model smollm2 --data DIR --out OUT
 
 The YAML has top-level run keys (``data``, ``split``, ``limit``, ``k``, ``out``, ``shard_size``, ``fsync``,
 ``progress``, ``retry_failed``), a ``sampling:`` section (``temperature``, ``top_p``, ``max_tokens``, ``seed``) and a ``teacher:``
