@@ -252,7 +252,8 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Se
 
 def dry_run(config: ServeConfig) -> dict[str, Any]:
     """Check a config without a GPU and without loading weights: models, experiments, store URL, engine."""
-    from livethink.models.loading import CheckpointError, inspect_checkpoint
+    from livethink.data.reasoning_format import resolve as resolve_format
+    from livethink.models.loading import CheckpointError, inspect_checkpoint, load_tokenizer_for
 
     problems: list[str] = []
     notes: list[str] = []
@@ -266,6 +267,9 @@ def dry_run(config: ServeConfig) -> dict[str, Any]:
                     entry.update(model_type=info.model_type, has_tokenizer=info.has_tokenizer)
                     if not info.has_tokenizer:
                         problems.append(f"models.{name}.path: {spec.path} has no tokenizer files")
+                    else:
+                        fmt, why = resolve_format(spec.reasoning, load_tokenizer_for(spec.path), spec.path)
+                        entry.update(reasoning=fmt.to_dict(), reasoning_source=why)
                 except CheckpointError as exc:
                     problems.append(f"models.{name}.path: {exc}")
             else:
