@@ -42,8 +42,7 @@ def train(cfg, judge=None):
     tokenizer = load_tokenizer_for(cfg.model_name_or_path)
     tokenizer.padding_side = "left"
     ctx = RewardContext(l_ref=cfg.l_ref or None, zero_reward_if_cut=cfg.zero_reward_if_cut)
-    funcs = make_reward_funcs(cfg.spec.rewards, ctx, judge,
-                              penalty={"alpha": cfg.length_penalty_alpha, "l_max": cfg.penalty_l_max})
+    funcs = make_reward_funcs(cfg.spec.rewards, ctx, judge, **cfg.spec.reward_options())
     trainer = LengthRLTrainer(model=cfg.model_name_or_path, reward_funcs=funcs, args=cfg,
                               train_dataset=build_dataset(cfg), processing_class=tokenizer, reward_context=ctx)
     trainer.train()
@@ -106,7 +105,7 @@ def test_dot_truncates_masks_and_rescores(setup):
     assert all("dot/truncated_share" in r and "dot/full_correct_group_share" in r for r in rows)
     assert any(r["dot/truncated_share"] > 0 for r in rows)  # (seeded: step 2 has an all-correct group to cut)
     assert any(r.get("dot/rescored_accuracy") == 0 for r in rows)  # truncated text has no EOS: cut -> 0
-    assert trainer._dot_lengths is None
+    assert trainer.variant.new_lengths is None
 
 
 def test_dot_dynamic_sampling_keeps_batch_shape(setup):
@@ -198,15 +197,25 @@ def test_config_validation(setup):
     assert cfg.reward_weights == [0.0, 1.0, 1.0] and cfg.penalty_l_max == 12
 
 
+@pytest.mark.parametrize("option, value", [("loss_type", "grpo"), ("epsilon", 0.3), ("beta", 0.04),
+                                           ("importance_sampling_level", "sequence"), ("top_entropy_quantile", 0.2),
+                                           ("entropy_coef", 0.01)])
+def test_drpo_rejects_the_trl_options_it_ignores(setup, option, value):
+    with pytest.raises(ValueError, match=rf"^{option}: variant drpo ignores this GRPOConfig option"):
+        make_config(setup, "drpo", "x", **{option: value})
+    make_config(setup, "band", "x", **{option: value})  # the GRPO-loss variants use it
+
+
 @pytest.mark.parametrize("variant", ["baseline", "siri", "dot", "drpo", "length_penalty"])
 def test_configs_dry_run(variant, capsys):
     from livethink.length_rl.cli import main
+    from livethink.length_rl.variants import canonical_name
 
     root = Path(__file__).resolve().parents[1]
     for tier in ("tiny", "prod"):
         assert main(["--config", str(root / f"configs/{tier}/grpo_{variant}.yaml"), "--dry-run"]) == 0, tier
         report = json.loads(capsys.readouterr().out)
-        assert report["ok"] and report["variant"] == variant
+        assert report["ok"] and report["variant"] == canonical_name(variant)
     assert report["rollouts"] == "vllm-server" and report["bf16"] is True
 
 

@@ -23,21 +23,14 @@ def dry_run(cfg) -> dict[str, Any]:
     spec = cfg.spec
     report: dict[str, Any] = {
         "variant": cfg.variant, "summary": spec.summary, "rewards": dict(zip(spec.rewards, cfg.reward_weights, strict=True)),
-        "loss": spec.loss if spec.loss == "drpo" else cfg.loss_type, "model": cfg.model_name_or_path,
+        "loss": cfg.loss_type if spec.loss == "grpo" else spec.loss, "model": cfg.model_name_or_path,
         "num_generations": cfg.num_generations, "max_completion_length": cfg.max_completion_length,
         "rollouts": "vllm-" + cfg.vllm_mode if cfg.use_vllm else "transformers",
         "output_dir": cfg.output_dir,
     }
-    if spec.length_cap_schedule:
-        s = cfg.siri()
-        from livethink.length_rl.schedules import length_cap, phase_boundaries
-
-        report["siri"] = {"schedule": cfg.siri_schedule, "l_max": s.l_max, "l_min": s.l_min, "period": s.period,
-                          "cycles": s.cycles, "total_steps": s.total_steps,
-                          "caps_at_quarters": [length_cap(cfg.siri_schedule, t, s) for t in range(0, s.period + 1, s.period // 4)],
-                          "phase_saves": {str(k): f"{p}-{c}" for k, (p, c) in sorted(phase_boundaries(s).items())}}
-        if cfg.max_steps > 0 and cfg.max_steps != s.total_steps:
-            notes.append(f"max_steps={cfg.max_steps} but the SIRI schedule spans {s.total_steps} steps")
+    extra, variant_notes = spec.describe()
+    report.update(extra)
+    notes += variant_notes
     if cfg.use_vllm and cfg.vllm_mode == "server":
         url = cfg.vllm_server_base_url
         if url and not (urlparse(url).scheme in ("http", "https") and urlparse(url).netloc):
