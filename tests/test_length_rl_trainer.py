@@ -206,7 +206,7 @@ def test_drpo_rejects_the_trl_options_it_ignores(setup, option, value):
     make_config(setup, "band", "x", **{option: value})  # the GRPO-loss variants use it
 
 
-@pytest.mark.parametrize("variant", ["baseline", "siri", "dot", "drpo", "length_penalty"])
+@pytest.mark.parametrize("variant", ["band", "baseline", "siri", "dot", "drpo", "length_penalty"])
 def test_configs_dry_run(variant, capsys):
     from livethink.length_rl.cli import main
     from livethink.length_rl.variants import canonical_name
