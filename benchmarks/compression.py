@@ -1,13 +1,19 @@
-"""Compression Pareto: every stage-2 variant trained from the same RFT student with the same budget (steps, prompts
-per step, generations per prompt, completion cap, learning rate), then evaluated on the held-out test split with
-the eval harness (greedy, rubric judge).
+"""Compression Pareto over seeds: every stage-2 variant (the livethink variants and the baselines TRL practitioners
+would try) trained from the same RFT student with the same budget (steps, prompts per step, generations per prompt,
+completion cap, learning rate), once per stage-2 seed, then evaluated on the held-out test split with the eval
+harness (greedy, rubric judge).
 
-    .venv/bin/python benchmarks/compression.py [--rft runs/tiny/rft/final] [--steps 96] [--variants baseline,dot]
+    .venv/bin/python benchmarks/compression.py --seeds 0,1,2 [--rft runs/tiny/rft/final] [--variants band,dot]
 
-Writes ``benchmarks/results/compression.{json,md}``, ``compression_correctness.png``, ``compression_helpfulness.png``
-and the harness report ``benchmarks/results/compression/eval.{json,md}``; training runs go to ``runs/tiny/bench/``.
-Each training run and each evaluation is a separate process (a fresh vLLM engine each, no leaked memory).
-It also times a few GRPO steps with transformers rollouts against the vLLM (colocated, CPU weight sync) ones.
+The seeds are stage-2 seeds (GRPO sampling and data order) on one RFT draw: every run starts from the same student,
+so a method's spread over seeds is its own, and its deltas are against one fixed reference. (Several RFT draws
+would mix stage 1's spread into every method alike.) Per method: the mean and 95% t-interval over seeds of the token
+reduction, ΔC and ΔH against the RFT student; for the best livethink variant, the stage-2 target verdict per seed.
+
+Writes ``benchmarks/results/compression.{json,md}``, ``compression_pareto.png`` and the harness report
+``benchmarks/results/compression/eval.{json,md}``; training runs go to ``runs/tiny/bench/<variant>/seed<k>``. Each
+training run and each evaluation is a separate process (a fresh vLLM engine each, no leaked memory). It also times a
+few GRPO steps with transformers rollouts against the vLLM (colocated, CPU weight sync) ones.
 """
 
 from __future__ import annotations
@@ -25,7 +31,10 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-VARIANTS = ("baseline", "siri", "dot", "drpo", "length_penalty")
+LIVETHINK = ("band", "siri", "dot", "drpo")  # the product's variants
+BASELINES = ("length_penalty", "gdpo", "dapo_overlong", "cosine", "dler")  # what practitioners compare them with
+VARIANTS = LIVETHINK + BASELINES
+T_CONFIDENCE = 0.95
 
 
 # ---------------------------------------------------------------- subprocesses
@@ -45,13 +54,13 @@ def run(cmd: list[str], log: Path, env: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
-def grpo_cmd(args, variant: str, out: Path, steps: int, rollouts: str) -> list[str]:
+def grpo_cmd(args, variant: str, out: Path, steps: int, rollouts: str, seed: int = 0) -> list[str]:
     cmd = [sys.executable, "-m", "livethink.length_rl.cli", "--config", str(ROOT / f"configs/tiny/grpo_{variant}.yaml"),
            "--model_name_or_path", str(args.rft), "--data_dir", str(args.data_dir), "--output_dir", str(out),
            "--max_steps", str(steps), "--num_generations", str(args.generations),
            "--per_device_train_batch_size", str(args.prompts_per_step * args.generations),
            "--max_completion_length", str(args.max_completion_length), "--learning_rate", str(args.lr),
-           "--save_steps", str(max(1, steps // 2)), "--seed", str(args.seed)]
+           "--save_steps", str(max(1, steps // 2)), "--seed", str(seed)]
     cmd += ["--calculator", str(args.calculator).lower()]  # on transformers and colocated vLLM rollouts alike
     if variant == "siri":
         cmd += ["--siri_period", str(steps - steps % 2), "--siri_cycles", "1", "--siri_l_min", str(args.siri_l_min)]
@@ -151,15 +160,6 @@ def paired_deltas(rft_samples: list[dict[str, Any]], samples: list[dict[str, Any
     return out
 
 
-def pick_best(rows: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """Most compressed variant that meets the target; else that keeps quality (ΔC ≥ −2, ΔH ≥ 0); else any."""
-    for pool in ([r for r in rows if r["meets_target"]],
-                 [r for r in rows if r["d_correctness_pts"] >= -2 and r["d_helpfulness_pts"] >= 0], rows):
-        if pool:
-            return max(pool, key=lambda r: r["token_reduction"])
-    return None
-
-
 def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     """Indices of the points no other point beats on both fewer tokens and higher quality."""
     front = []
@@ -169,16 +169,22 @@ def pareto_front(points: list[tuple[float, float]]) -> list[int]:
     return sorted(front, key=lambda i: points[i][0])
 
 
-def versus_length_penalty(rows: list[dict[str, Any]], rft: dict[str, Any]) -> dict[str, str]:
-    """DOT's and DRPO's points against the length penalty at equal tokens: its curve runs from the RFT student
-    through its midpoint to its final checkpoint."""
-    curve = [rft, *(r for r in rows if r["variant"] == "length_penalty")]
-    if len(curve) < 2:
-        return {}
-    return {r["name"]: versus(r, interpolate_at(r["tokens"], curve)) for r in rows if r["variant"] in ("dot", "drpo")}
+def versus_baselines(rows: list[dict[str, Any]], rft: dict[str, Any], challengers: tuple[str, ...] = ("siri", "dot", "drpo"),
+                     baselines: tuple[str, ...] = BASELINES) -> dict[str, dict[str, str]]:
+    """Each challenger's final point against each baseline at equal tokens: a baseline's curve runs from the RFT
+    student through its midpoint to its final point (means over seeds)."""
+    out: dict[str, dict[str, str]] = {}
+    for baseline in baselines:
+        curve = [rft, *(r for r in rows if r["variant"] == baseline)]
+        if len(curve) < 2:
+            continue
+        for r in rows:
+            if r["variant"] in challengers and r["kind"] == "variant":
+                out.setdefault(r["name"], {})[baseline] = versus(r, interpolate_at(r["tokens"], curve, baseline))
+    return out
 
 
-def interpolate_at(tokens: float, curve: list[dict[str, Any]]) -> dict[str, Any]:
+def interpolate_at(tokens: float, curve: list[dict[str, Any]], label: str = "length_penalty") -> dict[str, Any]:
     """A point on the piecewise-linear curve through ``curve`` (rows with tokens/correctness/helpfulness) at
     ``tokens``; outside the curve's token range, its nearest end. Named after the two points it lies between."""
     pts = sorted(curve, key=lambda r: r["tokens"])
@@ -188,12 +194,12 @@ def interpolate_at(tokens: float, curve: list[dict[str, Any]]) -> dict[str, Any]
         return pts[-1]
     lo, hi = next((a, b) for a, b in zip(pts, pts[1:], strict=False) if a["tokens"] <= tokens <= b["tokens"])
     w = (tokens - lo["tokens"]) / (hi["tokens"] - lo["tokens"]) if hi["tokens"] > lo["tokens"] else 0.0
-    return {"name": f"length_penalty interpolated between {lo['name']} and {hi['name']}", "tokens": tokens,
+    return {"name": f"{label} interpolated between {lo['name']} and {hi['name']}", "tokens": tokens,
             **{k: lo[k] + w * (hi[k] - lo[k]) for k in ("correctness", "helpfulness")}}
 
 
 def versus(a: dict[str, Any], b: dict[str, Any]) -> str:
-    """How variant ``a`` compares with ``b`` (the naive length penalty): dominance on tokens and quality."""
+    """How variant ``a`` compares with ``b`` (a baseline): dominance on tokens and quality."""
     fewer = a["tokens"] <= b["tokens"]
     c_ok, h_ok = a["correctness"] >= b["correctness"], a["helpfulness"] >= b["helpfulness"]
     if fewer and c_ok and h_ok:
@@ -205,73 +211,222 @@ def versus(a: dict[str, Any], b: dict[str, Any]) -> str:
             f"{100 * b['helpfulness']:.1f}%")
 
 
+# ---------------------------------------------------------------- over seeds (pure)
+
+SUMMARY_KEYS = {"tokens": 1, "correctness": 4, "helpfulness": 4, "truncated_rate": 4, "token_reduction": 4,
+                "d_correctness_pts": 2, "d_helpfulness_pts": 2}  # key -> decimals
+
+
+def t_interval(values: list[float], confidence: float = T_CONFIDENCE) -> tuple[float, float | None, float | None]:
+    """Mean and two-sided Student-t interval of the mean (bounds None for fewer than 2 values)."""
+    import math
+    import statistics
+
+    mean = statistics.fmean(values)
+    if len(values) < 2:
+        return mean, None, None
+    sd = statistics.stdev(values)
+    if sd == 0:
+        return mean, mean, mean
+    from scipy.stats import t
+
+    half = float(t.ppf((1 + confidence) / 2, len(values) - 1)) * sd / math.sqrt(len(values))
+    return mean, mean - half, mean + half
+
+
+def aggregate(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per method (``name``, in order of first appearance): each ``SUMMARY_KEYS`` value's mean over the
+    seeds, its 95% t-interval in ``ci``, and on how many seeds the stage-2 target was met."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in per_seed:
+        groups.setdefault(r["name"], []).append(r)
+    out = []
+    for name, rs in groups.items():
+        row: dict[str, Any] = {"name": name, "kind": rs[0]["kind"], "variant": rs[0]["variant"],
+                               "seeds": [r["seed"] for r in rs], "ci": {}}
+        for key, digits in SUMMARY_KEYS.items():
+            values = [r[key] for r in rs if r.get(key) is not None]
+            if len(values) != len(rs):
+                continue
+            mean, low, high = t_interval(values)
+            row[key] = round(mean, digits)
+            row["ci"][key] = None if low is None else [round(low, digits), round(high, digits)]
+        row["meets_target_seeds"] = sum(bool(r.get("meets_target")) for r in rs)
+        out.append(row)
+    return out
+
+
+def pick_best_livethink(summary: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The livethink variant (final checkpoint) meeting the target on the most seeds, then the most compressed."""
+    pool = [r for r in summary if r["variant"] in LIVETHINK and r["kind"] == "variant"]
+    return max(pool, key=lambda r: (r["meets_target_seeds"], r["token_reduction"])) if pool else None
+
+
+def target_verdicts(per_seed: list[dict[str, Any]], name: str, rft: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """Per seed, the stage-2 target for the method ``name``: ≥ 60% fewer tokens than the RFT student, correctness
+    ≥ RFT − 2 points, helpfulness ≥ RFT."""
+    out = {}
+    for r in per_seed:
+        if r["name"] != name:
+            continue
+        checks = {"shorter_60": r["token_reduction"] is not None and r["token_reduction"] >= 0.6,
+                  "correctness_kept": r["correctness"] >= rft["correctness"] - 0.02,
+                  "helpfulness_kept": r["helpfulness"] >= rft["helpfulness"]}
+        out[str(r["seed"])] = {"token_reduction": r["token_reduction"], "d_correctness_pts": r["d_correctness_pts"],
+                               "d_helpfulness_pts": r["d_helpfulness_pts"], **checks, "met": all(checks.values())}
+    return out
+
+
+def analyse(per_seed: list[dict[str, Any]], rft: dict[str, Any]) -> dict[str, Any]:
+    """Deltas per seed, the summary over seeds, the best livethink variant with its verdict per seed, and SIRI, DOT
+    and DRPO against every baseline at equal tokens."""
+    for seed in sorted({r["seed"] for r in per_seed}):
+        compare([r for r in per_seed if r["seed"] == seed], rft)
+    summary = aggregate(per_seed)
+    best = pick_best_livethink(summary)
+    return {"rows": [rft, *summary], "best": best,
+            "best_verdicts": target_verdicts(per_seed, best["name"], rft) if best else {},
+            "vs_baselines": versus_baselines(summary, rft)}
+
+
+def parse_seeds(text: str) -> list[int]:
+    try:
+        seeds = [int(s) for s in text.split(",") if s.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"comma-separated integers expected, got {text!r}") from None
+    if not seeds or len(set(seeds)) != len(seeds):
+        raise argparse.ArgumentTypeError(f"at least one seed, none repeated, got {text!r}")
+    return seeds
+
+
 # ---------------------------------------------------------------- outputs
 
 
-def plot(rows: list[dict[str, Any]], metric: str, path: Path) -> None:
+def _err(row: dict[str, Any], key: str, scale: float = 1.0) -> list[list[float]] | None:
+    ci = (row.get("ci") or {}).get(key)
+    if not ci:
+        return None
+    return [[scale * (row[key] - ci[0])], [scale * (ci[1] - row[key])]]
+
+
+def plot(rows: list[dict[str, Any]], path: Path) -> None:
+    """Correctness and helpfulness against tokens, every method at its mean over seeds with its 95% intervals."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(6.4, 4.4))
-    pts = [(r["tokens"], 100 * r[metric]) for r in rows]
-    front = pareto_front(pts)
-    ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "--", color="0.6", lw=1, label="Pareto front")
-    for r, (t, q) in zip(rows, pts, strict=True):
-        style = {"rft": {"marker": "*", "s": 160, "color": "black"},
-                 "midpoint": {"marker": "o", "s": 30, "facecolors": "none", "edgecolors": "0.3"}}.get(
-                     r["kind"], {"marker": "o", "s": 50})
-        ax.scatter([t], [q], zorder=3, **style)
-        ax.annotate(r["name"], (t, q), textcoords="offset points", xytext=(5, 4), fontsize=8)
-    ax.set_xlabel("mean tokens per reply (reasoning + reply)")
-    ax.set_ylabel(f"{metric} (%)")
-    ax.set_title(f"Compression Pareto: {metric} vs tokens (test split)")
-    ax.grid(alpha=0.3)
-    ax.legend(loc="lower right", fontsize=8)
-    fig.tight_layout()
+    fig, axes = plt.subplots(1, 2, figsize=(12.8, 5.0))
+    for ax, metric in zip(axes, ("correctness", "helpfulness"), strict=True):
+        pts = [(r["tokens"], 100 * r[metric]) for r in rows]
+        front = pareto_front(pts)
+        ax.plot([pts[i][0] for i in front], [pts[i][1] for i in front], "--", color="0.6", lw=1, label="Pareto front (means)")
+        for r, (t, q) in zip(rows, pts, strict=True):
+            if r["kind"] == "rft":
+                ax.scatter([t], [q], marker="*", s=180, color="black", zorder=4, label="RFT student")
+            else:
+                baseline = r["variant"] in BASELINES
+                style = {"fmt": "s" if baseline else "o", "ms": 4 if r["kind"] == "midpoint" else 7,
+                         "mfc": "none" if r["kind"] == "midpoint" else None, "capsize": 3, "lw": 1,
+                         "color": "tab:gray" if baseline else "tab:blue"}
+                ax.errorbar([t], [q], xerr=_err(r, "tokens"), yerr=_err(r, metric, 100), zorder=3, **style)
+            ax.annotate(r["name"], (t, q), textcoords="offset points", xytext=(5, 4), fontsize=7)
+        ax.set_xlabel("mean tokens per reply (reasoning + reply)")
+        ax.set_ylabel(f"{metric} (%)")
+        ax.set_title(f"{metric} vs tokens: mean ± 95% interval over seeds")
+        ax.grid(alpha=0.3)
+    axes[0].legend(loc="lower right", fontsize=8)
+    fig.text(0.5, 0.005, "circles: livethink variants; squares: baselines; hollow: midpoint checkpoints",
+             ha="center", fontsize=8)
+    fig.tight_layout(rect=(0, 0.03, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
 
+def _mean_ci(row: dict[str, Any], key: str, scale: float = 1.0, digits: int = 1, signed: bool = False,
+             unit: str = "") -> str:
+    """``mean[unit] [low, high]``, the interval left out when there is none."""
+    if row.get(key) is None:
+        return "-"
+    fmt = f"{{:{'+' if signed else ''}.{digits}f}}"
+    text = fmt.format(scale * row[key]) + unit
+    ci = (row.get("ci") or {}).get(key)
+    return text + (f" [{fmt.format(scale * ci[0])}, {fmt.format(scale * ci[1])}]" if ci else "")
+
+
+def seeds_statement(meta: dict[str, Any]) -> str:
+    return (f"Seeds {', '.join(map(str, meta['seeds']))}: stage-2 seeds (GRPO sampling and data order, `--seed`) on one "
+            f"RFT draw (`{meta['rft']}`). Every run starts from the same RFT student, so a method's spread over seeds "
+            "is its own and every delta is against one fixed reference; RFT draws would add stage 1's spread to every "
+            "method alike and move the reference with each draw.")
+
+
 def markdown(report: dict[str, Any]) -> str:
     m = report["meta"]
+    n = len(m["seeds"])
     lines = [
-        "# Compression benchmark: stage-2 variants from one RFT student", "",
+        "# Compression benchmark: stage-2 variants and baselines over seeds", "",
         f"Command: `{m['command']}`", "",
         f"Machine: {m['machine']}; torch threads {m['threads']}; date {m['date']}. Whole benchmark "
         f"{m['total_wall_min']:.1f} min.", "",
-        f"Budget per variant: {m['steps']} GRPO steps × {m['prompts_per_step']} prompts × {m['generations']} "
-        f"completions (max {m['max_completion_length']} tokens), lr {m['lr']}, rollouts on {m['rollouts']}. "
-        f"Evaluation: {m['eval_tasks']} test tasks, greedy, max {m['eval_max_tokens']} tokens, rubric judge, "
-        f"tokens counted with the student tokenizer. Calculator-assisted decoding (rollouts and evaluation): "
-        f"{'on' if m.get('calculator') else 'off'}.", "",
-        "| model | tokens/reply | reduction vs RFT | correctness | Δ C (pts) | helpfulness | Δ H (pts) | truncated | "
-        "meets target | train min | s/step |",
-        "|---|---|---|---|---|---|---|---|---|---|---|",
+        seeds_statement(m), "",
+        f"Budget per method and seed: {m['steps']} GRPO steps × {m['prompts_per_step']} prompts × {m['generations']} "
+        f"completions (max {m['max_completion_length']} tokens), lr {m['lr']}, rollouts on {m['rollouts']} (dler also "
+        f"rolls out its dynamic-sampling extras). Evaluation: {m['eval_tasks']} test tasks, greedy, max "
+        f"{m['eval_max_tokens']} tokens, rubric judge, tokens counted with the student tokenizer. Calculator-assisted "
+        f"decoding (rollouts and evaluation): {'on' if m.get('calculator') else 'off'}.", "",
+        f"Mean over {n} seed{'s' if n > 1 else ''}, with the 95% t-interval over seeds in brackets"
+        + (" (none with one seed)." if n < 2 else "."), "",
+        "| method | kind | tokens/reply | reduction vs RFT | Δ C (pts) | Δ H (pts) | correctness | helpfulness | "
+        "target met (seeds) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
-    def delta(r: dict[str, Any], metric: str) -> str:
-        if r["kind"] == "rft":
-            return "-"
-        ci = r.get(f"d_{metric}_ci_pts")
-        return f"{r[f'd_{metric}_pts']:+.1f}" + (f" [{ci[0]:+.1f}, {ci[1]:+.1f}]" if ci else "")
-
     for r in report["rows"]:
-        red = "-" if r["kind"] == "rft" else f"{100 * r['token_reduction']:.1f}%"
+        if r["kind"] == "rft":
+            lines.append(f"| rft | RFT student | {r['tokens']:.1f} | - | - | - | {100 * r['correctness']:.1f}% | "
+                         f"{100 * r['helpfulness']:.1f}% | - |")
+            continue
+        kind = "baseline" if r["variant"] in BASELINES else "livethink"
+        kind += " (midpoint)" if r["kind"] == "midpoint" else ""
         lines.append(
-            f"| {r['name']} | {r['tokens']:.1f} | {red} | {100 * r['correctness']:.1f}% | "
-            f"{delta(r, 'correctness')} | {100 * r['helpfulness']:.1f}% | "
-            f"{delta(r, 'helpfulness')} | {100 * r['truncated_rate']:.1f}% | "
-            f"{'-' if r['kind'] == 'rft' else ('yes' if r['meets_target'] else 'no')} | "
-            f"{r.get('train_wall_min', '-')} | {r.get('step_time_mean_s', '-')} |")
-    lines += ["", "Target: ≥ 60 % fewer tokens than the RFT student, correctness ≥ RFT − 2 points, helpfulness ≥ RFT. "
-              "Brackets: 95% paired confidence interval of the change (paired t over the same test tasks).", ""]
+            f"| {r['name']} | {kind} | {_mean_ci(r, 'tokens')} | {_mean_ci(r, 'token_reduction', 100, unit='%')} | "
+            f"{_mean_ci(r, 'd_correctness_pts', signed=True)} | {_mean_ci(r, 'd_helpfulness_pts', signed=True)} | "
+            f"{_mean_ci(r, 'correctness', 100, unit='%')} | {_mean_ci(r, 'helpfulness', 100, unit='%')} | "
+            f"{r['meets_target_seeds']}/{len(r['seeds'])} |")
+    lines += ["", "Target: ≥ 60 % fewer tokens than the RFT student, correctness ≥ RFT − 2 points, helpfulness ≥ RFT, "
+              "on every seed.", ""]
     best = report.get("best")
-    lines.append(f"**Best variant**: {best['name']} — {100 * best['token_reduction']:.1f}% fewer tokens, "
-                 f"ΔC {best['d_correctness_pts']} pts, ΔH {best['d_helpfulness_pts']} pts; target "
-                 f"{'met' if best['meets_target'] else 'NOT met'}." if best else "**Best variant**: none evaluated.")
-    lines += ["", "## DRPO and DOT vs the naive length penalty", ""]
-    lines += [f"- {k}: {v}" for k, v in report.get("vs_length_penalty", {}).items()] or ["- (not evaluated)"]
+    if best:
+        met = sum(v["met"] for v in report["best_verdicts"].values())
+        lines += [f"## Best livethink variant: {best['name']} (target met on {met} of {len(report['best_verdicts'])} "
+                  "seeds)", "",
+                  "| seed | reduction | Δ C (pts) | Δ H (pts) | ≥ 60% shorter | C ≥ RFT − 2 | H ≥ RFT | verdict |",
+                  "|---|---|---|---|---|---|---|---|"]
+        for seed, v in report["best_verdicts"].items():
+            yn = {True: "yes", False: "no"}
+            lines.append(f"| {seed} | {100 * v['token_reduction']:.1f}% | {v['d_correctness_pts']:+.1f} | "
+                         f"{v['d_helpfulness_pts']:+.1f} | {yn[v['shorter_60']]} | {yn[v['correctness_kept']]} | "
+                         f"{yn[v['helpfulness_kept']]} | {'met' if v['met'] else 'NOT met'} |")
+    else:
+        lines.append("**Best livethink variant**: none evaluated.")
+    lines += ["", "## SIRI, DOT and DRPO against each baseline at equal tokens (means over seeds)", "",
+              "Each baseline's curve runs from the RFT student through its midpoint to its final point; the "
+              "challenger is compared with the curve's point at the challenger's token count.", ""]
+    for name, by_baseline in report.get("vs_baselines", {}).items():
+        lines += [f"- **{name}**"] + [f"  - vs {b}: {v}" for b, v in by_baseline.items()]
+    if not report.get("vs_baselines"):
+        lines.append("- (not evaluated)")
+    lines += ["", "## Per seed", "",
+              "Brackets: 95% paired interval of the change over the same test tasks (paired t).", "",
+              "| method | seed | tokens/reply | reduction | Δ C (pts) | Δ H (pts) | truncated | train min | s/step |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for r in report.get("per_seed", []):
+        ci_c, ci_h = r.get("d_correctness_ci_pts"), r.get("d_helpfulness_ci_pts")
+        lines.append(
+            f"| {r['name']} | {r['seed']} | {r['tokens']:.1f} | {100 * r['token_reduction']:.1f}% | "
+            f"{r['d_correctness_pts']:+.1f}" + (f" [{ci_c[0]:+.1f}, {ci_c[1]:+.1f}]" if ci_c else "") + " | "
+            f"{r['d_helpfulness_pts']:+.1f}" + (f" [{ci_h[0]:+.1f}, {ci_h[1]:+.1f}]" if ci_h else "") + " | "
+            f"{100 * r['truncated_rate']:.1f}% | {r.get('train_wall_min', '-')} | {r.get('step_time_mean_s', '-')} |")
     t = report.get("rollout_timing")
     if t:
         lines += ["", "## Rollouts: transformers vs vLLM (colocated, CPU weight sync)", "",
@@ -282,17 +437,7 @@ def markdown(report: dict[str, Any]) -> str:
                              f"| {v.get('mean_length')} |")
         if t.get("note"):
             lines += ["", t["note"]]
-    lines += ["", "## Training figures (mean of the last 3 steps)", "",
-              "| variant | mean length | accuracy | helpful | reward | clipped | variant figure |", "|---|---|---|---|---|---|---|"]
-    for r in report["rows"]:
-        last = (r.get("train") or {}).get("last3_mean")
-        if not last:
-            continue
-        extra = ", ".join(f"{k}={last[k]}" for k in ("siri/cap", "dot/truncated_share", "drpo/weight_entropy") if k in last)
-        lines.append(f"| {r['name']} | {last.get('completions/mean_length')} | {last.get('accuracy')} | "
-                     f"{last.get('helpful_rate')} | {last.get('reward')} | {last.get('completions/clipped_ratio')} | {extra} |")
-    lines += ["", "![correctness vs tokens](compression_correctness.png)", "",
-              "![helpfulness vs tokens](compression_helpfulness.png)", ""]
+    lines += ["", "![correctness and helpfulness vs tokens, mean ± 95% interval over seeds](compression_pareto.png)", ""]
     return "\n".join(lines)
 
 
@@ -301,15 +446,15 @@ def markdown(report: dict[str, Any]) -> str:
 
 def parse(argv: list[str] | None):
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--rft", default="runs/tiny/rft/final", help="the RFT student every variant starts from")
+    p.add_argument("--rft", default="runs/tiny/rft/final", help="the RFT student every run starts from")
     p.add_argument("--data-dir", default="artifacts/tiny/data")
     p.add_argument("--variants", default=",".join(VARIANTS))
-    p.add_argument("--steps", type=int, default=96, help="GRPO steps per variant (the tiny configs' max_steps)")
+    p.add_argument("--seeds", type=parse_seeds, default=[0], help="stage-2 seeds, e.g. 0,1,2 (every method on each)")
+    p.add_argument("--steps", type=int, default=96, help="GRPO steps per run (the tiny configs' max_steps)")
     p.add_argument("--prompts-per-step", type=int, default=8)
     p.add_argument("--generations", type=int, default=4)
     p.add_argument("--max-completion-length", type=int, default=384)
     p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--siri-l-min", type=int, default=0, help="SIRI's L_min (0 = 40%% of the RFT student's tokens)")
     p.add_argument("--rollouts", choices=("vllm", "transformers"), default="vllm",
                    help="training rollouts (vllm = colocated engine, weights synced after each step)")
@@ -326,10 +471,10 @@ def parse(argv: list[str] | None):
     p.add_argument("--threads", type=int, default=1, help="torch/OpenMP threads per process (1 on a shared box)")
     p.add_argument("--runs-dir", default="runs/tiny/bench")
     p.add_argument("--resume", action="store_true",
-                   help="resume/reuse the variant runs in --runs-dir (default: train each variant afresh)")
+                   help="resume/reuse the runs in --runs-dir (default: train each run afresh)")
     p.add_argument("--out", default="benchmarks/results")
     p.add_argument("--report-only", action="store_true",
-                   help="only redo the analysis and plots of the compression.json in --out (no training)")
+                   help="only redo the analysis and plot of the compression.json in --out (no training)")
     p.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more `livethink grpo` options, last")
     # internal: evaluate one model in a subprocess
     p.add_argument("--eval-one", help=argparse.SUPPRESS)
@@ -342,21 +487,18 @@ def write_outputs(report: dict[str, Any], out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "compression.json").write_text(json.dumps(report, indent=2) + "\n")
     (out / "compression.md").write_text(markdown(report))
-    plot(report["rows"], "correctness", out / "compression_correctness.png")
-    plot(report["rows"], "helpfulness", out / "compression_helpfulness.png")
+    plot(report["rows"], out / "compression_pareto.png")
 
 
 def rebuild_report(out: Path) -> int:
-    """Redo the analysis (deltas, best variant, DRPO/DOT vs the length penalty, plots) of a finished run's
+    """Redo the analysis (deltas, summary over seeds, verdicts, comparisons, plot) of a finished run's
     ``compression.json`` without training or evaluating anything."""
     path = out / "compression.json"
     if not path.is_file():
         print(f"no {path} to rebuild: run the benchmark first", file=sys.stderr)
         return 2
     report = json.loads(path.read_text())
-    rft_row, rows = report["rows"][0], report["rows"][1:]
-    compare(rows, rft_row)
-    report.update(best=pick_best(rows), vs_length_penalty=versus_length_penalty(rows, rft_row))
+    report.update(analyse(report["per_seed"], report["rows"][0]))
     write_outputs(report, out)
     print(markdown(report))
     return 0
@@ -382,59 +524,69 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"), PYTHONUNBUFFERED="1")
     variants = [v for v in args.variants.split(",") if v]
+    unknown = [v for v in variants if not (ROOT / f"configs/tiny/grpo_{v}.yaml").is_file()]
+    if unknown:
+        print(f"--variants: no configs/tiny/grpo_<variant>.yaml for {', '.join(unknown)}", file=sys.stderr)
+        return 2
 
     samples: dict[str, list[dict[str, Any]]] = {}
+    results: dict[str, dict[str, Any]] = {}
 
-    def evaluate(model: Path, name: str) -> dict[str, Any]:
-        path = runs / "eval" / f"{name}.json"
-        wall = run(eval_cmd(args, model, name, path), runs / "eval" / f"{name}.log", env)
+    def evaluate(model: Path, key: str) -> dict[str, Any]:
+        path = runs / "eval" / f"{key}.json"
+        wall = run(eval_cmd(args, model, key, path), runs / "eval" / f"{key}.log", env)
         written = json.loads(path.read_text())
-        result, samples[name] = written["result"], written["samples"]
-        print(f"[{(time.perf_counter() - start) / 60:5.1f} min] eval {name}: {json.dumps(result['overall'])} ({wall:.0f} s)",
-              flush=True)
-        return result
+        results[key], samples[key] = written["result"], written["samples"]
+        print(f"[{(time.perf_counter() - start) / 60:5.1f} min] eval {key}: {json.dumps(written['result']['overall'])} "
+              f"({wall:.0f} s)", flush=True)
+        return written["result"]
 
-    results = [evaluate(args.rft, "rft")]
+    rft_o = evaluate(args.rft, "rft")["overall"]
     if not args.siri_l_min:
-        args.siri_l_min = max(8, min(args.max_completion_length, round(0.4 * results[0]["overall"]["total_tokens"])))
-    rows: list[dict[str, Any]] = []
-    for variant in variants:
-        out_dir = runs / variant
-        if not args.resume:  # a finished run from an older RFT student would otherwise be reused as is
-            shutil.rmtree(out_dir, ignore_errors=True)
-        wall = run(grpo_cmd(args, variant, out_dir, args.steps, args.rollouts), out_dir / "train.log", env)
-        summary = train_summary(read_metrics(out_dir))
-        print(f"[{(time.perf_counter() - start) / 60:5.1f} min] trained {variant}: {wall / 60:.1f} min, "
-              f"{json.dumps(summary.get('last3_mean'))}", flush=True)
-        models = [(out_dir / "final", variant, "variant")]
-        if variant == "siri":  # SIRI-low (end of compression) and SIRI-high (end of expansion = final)
-            models = [(out_dir / "phases" / "compression-1", "siri-low", "variant"), (out_dir / "final", "siri-high", "variant")]
-        elif args.eval_midpoint and args.steps >= 2:  # the same run halfway: where on the way quality goes
-            models.insert(0, (out_dir / f"checkpoint-{args.steps // 2}", f"{variant}@{args.steps // 2}", "midpoint"))
-        for model, name, kind in models:
-            result = evaluate(model, name)
-            results.append(result)
-            final = kind == "variant"
-            rows.append({"name": name, "kind": kind, "variant": variant,
-                         "train_wall_min": round(wall / 60, 1) if final else "-",
-                         "step_time_mean_s": summary.get("step_time_mean_s") if final else "-",
-                         "train": summary if final else {}})
+        args.siri_l_min = max(8, min(args.max_completion_length, round(0.4 * rft_o["total_tokens"])))
+    per_seed: list[dict[str, Any]] = []
+    for seed in args.seeds:
+        for variant in variants:
+            out_dir = runs / variant / f"seed{seed}"
+            if not args.resume:  # a finished run from an older RFT student would otherwise be reused as is
+                shutil.rmtree(out_dir, ignore_errors=True)
+            wall = run(grpo_cmd(args, variant, out_dir, args.steps, args.rollouts, seed), out_dir / "train.log", env)
+            summary = train_summary(read_metrics(out_dir))
+            print(f"[{(time.perf_counter() - start) / 60:5.1f} min] trained {variant} seed {seed}: {wall / 60:.1f} min, "
+                  f"{json.dumps(summary.get('last3_mean'))}", flush=True)
+            models = [(out_dir / "final", variant, "variant")]
+            if variant == "siri":  # SIRI-low (end of compression) and SIRI-high (end of expansion = final)
+                models = [(out_dir / "phases" / "compression-1", "siri-low", "variant"),
+                          (out_dir / "final", "siri-high", "variant")]
+            elif args.eval_midpoint and args.steps >= 2:  # the same run halfway: where on the way quality goes
+                models.insert(0, (out_dir / f"checkpoint-{args.steps // 2}", f"{variant}@{args.steps // 2}", "midpoint"))
+            for model, name, kind in models:
+                key = f"{name}.seed{seed}"
+                o = evaluate(model, key)["overall"]
+                final = kind == "variant"
+                per_seed.append({"name": name, "kind": kind, "variant": variant, "seed": seed, "eval": key,
+                                 "tokens": o["total_tokens"], "correctness": o["correctness"],
+                                 "helpfulness": o["helpfulness"], "truncated_rate": o["truncated_rate"],
+                                 "train_wall_min": round(wall / 60, 1) if final else "-",
+                                 "step_time_mean_s": summary.get("step_time_mean_s") if final else "-",
+                                 "train": summary if final else {}})
 
     timing: dict[str, Any] = {}
     if args.timing_steps:
         for engine in ("transformers", "vllm"):
-            if engine == args.rollouts and "baseline" in variants:
-                rs, label = read_metrics(runs / "baseline")[: args.timing_steps], f"{engine} (first steps of the baseline run)"
+            if engine == args.rollouts and "band" in variants:
+                rs = read_metrics(runs / "band" / f"seed{args.seeds[0]}")[: args.timing_steps]
+                label = f"{engine} (first steps of the band run, seed {args.seeds[0]})"
             else:
                 t_dir = runs / f"timing_{engine}"
                 shutil.rmtree(t_dir, ignore_errors=True)
-                run(grpo_cmd(args, "baseline", t_dir, args.timing_steps, engine), t_dir / "train.log", env)
+                run(grpo_cmd(args, "band", t_dir, args.timing_steps, engine, args.seeds[0]), t_dir / "train.log", env)
                 rs, label = read_metrics(t_dir), engine
             s = train_summary(rs)
             timing[label] = {"steps": s.get("steps"), "step_time_mean_s": s.get("step_time_mean_s"),
                              "step_time_median_s": s.get("step_time_median_s"),
                              "mean_length": round(sum(r.get("completions/mean_length", 0) for r in rs) / max(1, len(rs)), 1)}
-        timing["note"] = (f"Same config (baseline, {args.prompts_per_step}×{args.generations} completions per step), the "
+        timing["note"] = (f"Same config (band, {args.prompts_per_step}×{args.generations} completions per step), the "
                           f"first {args.timing_steps} steps from the same RFT student; step time grows with the "
                           "completion lengths sampled, so compare s/step together with the mean length. vLLM rollouts "
                           "are colocated with the CPU weight sync; it refreshes everything but the MoE experts and router "
@@ -442,36 +594,30 @@ def main(argv: list[str] | None = None) -> int:
                           "same policy. Both runs are calculator-assisted when the benchmark is.")
         print(f"[{(time.perf_counter() - start) / 60:5.1f} min] rollout timing: {json.dumps(timing)}", flush=True)
 
-    # assemble
-    by_name = {r["name"]: r for r in results}
-    rft_o = by_name["rft"]["overall"]
-    rft_row = {"name": "rft", "kind": "rft", "tokens": rft_o["total_tokens"], "correctness": rft_o["correctness"],
-               "helpfulness": rft_o["helpfulness"], "truncated_rate": rft_o["truncated_rate"]}
-    for r in rows:
-        o = by_name[r["name"]]["overall"]
-        r.update(tokens=o["total_tokens"], correctness=o["correctness"], helpfulness=o["helpfulness"],
-                 truncated_rate=o["truncated_rate"])
-    compare(rows, rft_row)
-    for r in rows:
-        r.update(paired_deltas(samples["rft"], samples[r["name"]]))
-    best = pick_best(rows)
-    vs = versus_length_penalty(rows, rft_row)
+    rft_row = {"name": "rft", "kind": "rft", "variant": "rft", "tokens": rft_o["total_tokens"],
+               "correctness": rft_o["correctness"], "helpfulness": rft_o["helpfulness"],
+               "truncated_rate": rft_o["truncated_rate"]}
+    for r in per_seed:
+        r.update(paired_deltas(samples["rft"], samples[r["eval"]]))
     total = (time.perf_counter() - start) / 60
     report = {
         "meta": {"command": "python " + shlex.join(["benchmarks/compression.py", *(argv if argv is not None else sys.argv[1:])]),
                  "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.python_version()}",
                  "threads": args.threads, "date": time.strftime("%Y-%m-%d %H:%M"), "rft": str(args.rft),
+                 "seeds": args.seeds, "seed_kind": "stage-2 seeds on one RFT draw",
                  "steps": args.steps, "prompts_per_step": args.prompts_per_step, "generations": args.generations,
                  "max_completion_length": args.max_completion_length, "lr": args.lr, "rollouts": args.rollouts,
                  "eval_tasks": rft_o["n"], "eval_max_tokens": args.eval_max_tokens, "calculator": args.calculator,
                  "total_wall_min": round(total, 1)},
-        "rows": [rft_row, *rows], "best": best, "vs_length_penalty": vs, "rollout_timing": timing,
+        "per_seed": per_seed, "rollout_timing": timing,
     }
+    report.update(analyse(per_seed, rft_row))
     write_outputs(report, out)
     from livethink.eval.report import write_report
 
-    write_report(results, out / "compression", "Compression variants on the test split",
-                 {"command": report["meta"]["command"], "split": "test", "n_tasks": rft_o["n"]})
+    write_report(list(results.values()), out / "compression", "Compression variants on the test split",
+                 {"command": report["meta"]["command"], "split": "test", "n_tasks": rft_o["n"],
+                  "seeds": args.seeds})
     print(markdown(report))
     return 0
 

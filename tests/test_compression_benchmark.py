@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
+import json
 from pathlib import Path
 
 import pytest
@@ -11,68 +13,111 @@ _spec = importlib.util.spec_from_file_location("compression_bench", Path(__file_
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
-RFT = {"name": "rft", "kind": "rft", "tokens": 200.0, "correctness": 0.40, "helpfulness": 0.30}
+RFT = {"name": "rft", "kind": "rft", "variant": "rft", "tokens": 200.0, "correctness": 0.40, "helpfulness": 0.30,
+       "truncated_rate": 0.0}
+META = {"command": "python benchmarks/compression.py --seeds 0,1,2", "machine": "x", "threads": 2, "date": "d",
+        "total_wall_min": 1.0, "steps": 2, "prompts_per_step": 8, "generations": 4, "max_completion_length": 384,
+        "lr": 0.002, "rollouts": "transformers", "eval_tasks": 200, "eval_max_tokens": 768, "calculator": True,
+        "rft": "runs/tiny/rft/final", "seeds": [0, 1, 2]}
 
 
-def row(name, tokens, c, h, variant=None, kind="variant"):
+def row(name, tokens, c, h, variant=None, kind="variant", seed=0):
     return {"name": name, "kind": kind, "variant": variant or name.split("@")[0], "tokens": tokens,
-            "correctness": c, "helpfulness": h}
+            "correctness": c, "helpfulness": h, "seed": seed, "truncated_rate": 0.0}
 
 
-def test_compare_and_pick_best():
-    rows = [row("a", 80.0, 0.385, 0.30), row("b", 60.0, 0.37, 0.35), row("c", 150.0, 0.41, 0.31)]
+def test_compare_per_seed_rows():
+    rows = [row("band", 80.0, 0.385, 0.30), row("dot", 60.0, 0.37, 0.35), row("drpo", 150.0, 0.41, 0.31)]
     bench.compare(rows, RFT)
     assert [r["token_reduction"] for r in rows] == [0.6, 0.7, 0.25]
     assert [r["d_correctness_pts"] for r in rows] == [-1.5, -3.0, 1.0]
-    assert [r["meets_target"] for r in rows] == [True, False, False]  # b loses 3 points; c compresses 25%
-    assert bench.pick_best(rows)["name"] == "a"
-    assert bench.pick_best(rows[1:])["name"] == "c"  # none meets it: the most compressed that keeps quality
-    assert bench.pick_best(rows[1:2])["name"] == "b"  # none keeps quality: the most compressed
+    assert [r["meets_target"] for r in rows] == [True, False, False]  # dot loses 3 points; drpo compresses 25%
+
+
+def test_t_interval_hand_computed():
+    # [1, 2, 3]: mean 2, sample sd 1, t(0.975, 2) = 4.302653 -> half-width 4.302653 / √3 = 2.484138
+    mean, low, high = bench.t_interval([1.0, 2.0, 3.0])
+    assert mean == 2.0 and low == pytest.approx(2 - 2.484138, abs=1e-6) and high == pytest.approx(2 + 2.484138, abs=1e-6)
+    assert bench.t_interval([5.0]) == (5.0, None, None)  # one seed: no interval
+    assert bench.t_interval([0.3, 0.3]) == (0.3, 0.3, 0.3)
+
+
+def test_aggregate_over_seeds_and_target_verdicts():
+    per_seed = [row("band", 80.0, 0.40, 0.30, seed=0), row("band", 70.0, 0.38, 0.31, seed=1),
+                row("band", 90.0, 0.36, 0.32, seed=2), row("cosine", 150.0, 0.4, 0.3, seed=0)]
+    for seed in (0, 1, 2):
+        bench.compare([r for r in per_seed if r["seed"] == seed], RFT)
+    band, cosine = bench.aggregate(per_seed)
+    # reductions .60, .65, .55 -> mean .60, sd .05, half-width 4.302653·.05/√3 = .124207
+    assert band["seeds"] == [0, 1, 2] and band["token_reduction"] == 0.6 and band["tokens"] == 80.0
+    assert band["ci"]["token_reduction"] == [0.4758, 0.7242]
+    assert band["d_correctness_pts"] == -2.0 and band["ci"]["d_correctness_pts"] == [-6.97, 2.97]
+    assert band["meets_target_seeds"] == 2  # seed 2: 55% shorter and −4 points
+    assert cosine["ci"]["tokens"] is None and cosine["meets_target_seeds"] == 0
+    verdicts = bench.target_verdicts(per_seed, "band", RFT)
+    assert [v["met"] for v in verdicts.values()] == [True, True, False]
+    assert verdicts["2"] == {"token_reduction": 0.55, "d_correctness_pts": -4.0, "d_helpfulness_pts": 2.0,
+                             "shorter_60": False, "correctness_kept": False, "helpfulness_kept": True, "met": False}
+    assert bench.pick_best_livethink([band, cosine])["name"] == "band"  # cosine is a baseline
 
 
 def test_pareto_front():
     assert bench.pareto_front([(100, 40), (120, 35), (80, 30), (80, 20)]) == [2, 0]
 
 
-def test_dot_and_drpo_against_the_length_penalty_curve_at_equal_tokens():
+def test_challengers_against_each_baseline_curve_at_equal_tokens():
     lp_mid, lp = row("length_penalty@8", 150.0, 0.30, 0.20), row("length_penalty", 100.0, 0.20, 0.10)
     # halfway between the RFT student (200 tokens, 40% / 30%) and the midpoint (150, 30% / 20%)
-    at_175 = bench.interpolate_at(175.0, [RFT, lp_mid, lp])
+    at_175 = bench.interpolate_at(175.0, [RFT, lp_mid, lp], "length_penalty")
     assert at_175["correctness"] == pytest.approx(0.35) and at_175["helpfulness"] == pytest.approx(0.25)
-    assert "between length_penalty@8 and rft" in at_175["name"]
+    assert at_175["name"] == "length_penalty interpolated between length_penalty@8 and rft"
     assert bench.interpolate_at(90.0, [RFT, lp_mid, lp]) is lp  # beyond the curve: its nearest end
-    rows = [lp_mid, lp, row("drpo", 175.0, 0.36, 0.26), row("dot", 125.0, 0.20, 0.10), row("dot@8", 120.0, 0.3, 0.1)]
-    vs = bench.versus_length_penalty(rows, RFT)
-    assert vs["drpo"].startswith("matches or beats")  # 36% / 26% vs 35% / 25% at 175 tokens
-    assert vs["dot"].startswith("loses")  # 20% / 10% vs 25% / 15% at 125 tokens
-    assert vs["dot@8"].startswith("trade-off")  # more correct (30% vs 23%), less helpful (10% vs 13%)
-    assert bench.versus_length_penalty(rows[2:], RFT) == {}  # no length-penalty run: nothing to compare with
+    rows = [lp_mid, lp, row("dler", 120.0, 0.30, 0.30), row("drpo", 175.0, 0.36, 0.26), row("dot", 125.0, 0.20, 0.10),
+            row("dot@8", 120.0, 0.3, 0.1, kind="midpoint"), row("band", 90.0, 0.4, 0.4)]
+    vs = bench.versus_baselines(rows, RFT)
+    assert set(vs) == {"drpo", "dot"}  # band is not a challenger; midpoints are not compared
+    assert vs["drpo"]["length_penalty"].startswith("matches or beats")  # 36% / 26% vs 35% / 25% at 175 tokens
+    assert vs["dot"]["length_penalty"].startswith("loses")  # 20% / 10% vs 25% / 15% at 125 tokens
+    assert vs["dot"]["dler"].startswith("loses")  # dler's curve at 125: between dler (120) and rft (200)
+    assert vs["drpo"]["dler"].startswith("loses")  # 36% / 26% vs 36.9% / 30% at 175 tokens
+    assert bench.versus_baselines(rows[2:3] + rows[6:], RFT) == {}  # no challenger
 
 
-@pytest.mark.parametrize("flag, expected", [([], True), (["--no-eval-midpoint"], False)])
-def test_midpoint_evaluation_is_on_by_default(flag, expected):
-    assert bench.parse(flag).eval_midpoint is expected
+def test_seeds_argument():
+    assert bench.parse(["--seeds", "0,1,2"]).seeds == [0, 1, 2] and bench.parse([]).seeds == [0]
+    for bad in ("a,b", "1,1", ""):
+        with pytest.raises(argparse.ArgumentTypeError):
+            bench.parse_seeds(bad)
+    assert bench.parse([]).eval_midpoint is True and bench.parse(["--no-eval-midpoint"]).eval_midpoint is False
+    assert set(bench.VARIANTS) == {"band", "siri", "dot", "drpo", "length_penalty", "gdpo", "dapo_overlong", "cosine",
+                                   "dler"}
+    root = Path(__file__).resolve().parents[1]
+    assert all((root / f"configs/tiny/grpo_{v}.yaml").is_file() for v in bench.VARIANTS)
 
 
 def test_report_only_redoes_the_analysis_of_a_finished_run(tmp_path):
-    import json
-
-    meta = {"command": "python benchmarks/compression.py", "machine": "x", "threads": 2, "date": "d", "total_wall_min": 1.0,
-            "steps": 2, "prompts_per_step": 8, "generations": 4, "max_completion_length": 384, "lr": 0.002,
-            "rollouts": "transformers", "eval_tasks": 200, "eval_max_tokens": 768, "calculator": True}
-    rows = [dict(RFT, truncated_rate=0.0), dict(row("length_penalty", 100.0, 0.2, 0.1), truncated_rate=0.0),
-            dict(row("drpo", 150.0, 0.35, 0.25), truncated_rate=0.0)]
-    (tmp_path / "compression.json").write_text(json.dumps({"meta": meta, "rows": rows, "rollout_timing": {}}))
+    per_seed = [dict(row("band", 80.0 + 10 * s, 0.40, 0.30 + 0.01 * s, seed=s), d_correctness_ci_pts=[-5.0, 5.0],
+                     d_helpfulness_ci_pts=[-4.0, 6.0]) for s in (0, 1, 2)]
+    per_seed += [row("length_penalty", 100.0, 0.2, 0.1, seed=s) for s in (0, 1, 2)]
+    per_seed += [row("drpo", 150.0, 0.35, 0.25, seed=s) for s in (0, 1, 2)]
+    (tmp_path / "compression.json").write_text(json.dumps({"meta": META, "rows": [RFT], "per_seed": per_seed,
+                                                           "rollout_timing": {}}))
     assert bench.main(["--report-only", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "compression.json").read_text())
-    assert report["best"]["name"] == "length_penalty" and report["rows"][2]["token_reduction"] == 0.25
-    assert report["vs_length_penalty"]["drpo"].startswith("matches or beats")  # 35% / 25% vs 30% / 20% at 150
-    assert "**Best variant**: length_penalty" in (tmp_path / "compression.md").read_text()
-    assert (tmp_path / "compression_correctness.png").stat().st_size > 0
+    assert report["meta"]["seeds"] == [0, 1, 2] and report["best"]["name"] == "band"
+    assert [v["met"] for v in report["best_verdicts"].values()] == [True, False, False]  # 60%, 55%, 50% shorter
+    assert report["vs_baselines"]["drpo"]["length_penalty"].startswith("matches or beats")
+    md = (tmp_path / "compression.md").read_text()
+    assert "stage-2 seeds (GRPO sampling and data order, `--seed`) on one RFT draw" in md
+    # tokens 80/90/100 and ΔH 0/1/2: mean ± 4.302653·sd/√3 (sd 10 and 1)
+    assert "| band | livethink | 90.0 [65.2, 114.8] | 55.0% [42.6, 67.4] | +0.0 [+0.0, +0.0] | +1.0 [-1.5, +3.5] |" in md
+    assert "| band | 0 | 80.0 | 60.0% | +0.0 [-5.0, +5.0] | +0.0 [-4.0, +6.0] |" in md
+    assert "## Best livethink variant: band (target met on 1 of 3 seeds)" in md
+    assert (tmp_path / "compression_pareto.png").stat().st_size > 0
     assert bench.main(["--report-only", "--out", str(tmp_path / "none")]) == 2
 
 
-def test_paired_deltas_match_tasks_by_id_and_show_in_the_table():
+def test_paired_deltas_match_tasks_by_id():
     def s(task, c, h):
         return {"task_id": task, "correct": c, "helpful": h}
 
@@ -82,10 +127,3 @@ def test_paired_deltas_match_tasks_by_id_and_show_in_the_table():
     out = bench.paired_deltas(rft, variant)
     # ΔC per task: 0, +1, 0, 0 -> 25 ± 3.182446 × 25 points; ΔH: 0, 0, +1, 0 -> the same
     assert out["d_correctness_ci_pts"] == [-54.6, 104.6] == out["d_helpfulness_ci_pts"]
-    r = dict(row("baseline", 80.0, 0.5, 0.4), truncated_rate=0.0, **out)
-    bench.compare([r], RFT)
-    meta = {"command": "c", "machine": "x", "threads": 2, "date": "d", "total_wall_min": 1.0, "steps": 2,
-            "prompts_per_step": 8, "generations": 4, "max_completion_length": 384, "lr": 0.002,
-            "rollouts": "vllm", "eval_tasks": 4, "eval_max_tokens": 768}
-    md = bench.markdown({"meta": meta, "rows": [dict(RFT, truncated_rate=0.0), r], "best": None})
-    assert md.count("| +10.0 [-54.6, +104.6] |") == 2  # ΔC and ΔH (50% / 40% against 40% / 30%)

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from livethink.length_rl import advantages, dot, drpo, length_rewards, schedules
-from livethink.length_rl.registry import VARIANTS, get_variant
+from livethink.length_rl.variants import VARIANTS, get_variant
 
 # ---------------------------------------------------------------- GRPO advantages
 
@@ -251,9 +251,13 @@ def test_sequence_scores_masked_mean():
 
 
 def test_registry():
-    assert set(VARIANTS) == {"baseline", "siri", "dot", "drpo", "length_penalty"}
-    assert get_variant("baseline").reward_weights(1.0, 1.0, 0.5) == [1.0, 1.0, 0.5]
-    assert get_variant("length_penalty").reward_weights(1.0, 0.7, 0.5) == [0.0, 0.7, 1.0]
+    from types import SimpleNamespace
+
+    assert {"band", "siri", "dot", "drpo", "length_penalty"} <= set(VARIANTS)
+    cfg = SimpleNamespace(w_correct=1.0, w_helpful=0.7, w_length=0.5)
+    assert get_variant("baseline", cfg).name == "band"  # the alias
+    assert get_variant("band", cfg).reward_weights() == [1.0, 0.7, 0.5]
+    assert get_variant("length_penalty", cfg).reward_weights() == [0.0, 0.7, 1.0]
     assert get_variant("drpo").loss == "drpo"
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match="unknown variant 'ppo'.*band.*baseline \\(= band\\)"):
         get_variant("ppo")

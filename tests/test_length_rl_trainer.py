@@ -42,8 +42,7 @@ def train(cfg, judge=None):
     tokenizer = load_tokenizer_for(cfg.model_name_or_path)
     tokenizer.padding_side = "left"
     ctx = RewardContext(l_ref=cfg.l_ref or None, zero_reward_if_cut=cfg.zero_reward_if_cut)
-    funcs = make_reward_funcs(cfg.spec.rewards, ctx, judge,
-                              penalty={"alpha": cfg.length_penalty_alpha, "l_max": cfg.penalty_l_max})
+    funcs = make_reward_funcs(cfg.spec.rewards, ctx, judge, **cfg.spec.reward_options())
     trainer = LengthRLTrainer(model=cfg.model_name_or_path, reward_funcs=funcs, args=cfg,
                               train_dataset=build_dataset(cfg), processing_class=tokenizer, reward_context=ctx)
     trainer.train()
@@ -106,7 +105,7 @@ def test_dot_truncates_masks_and_rescores(setup):
     assert all("dot/truncated_share" in r and "dot/full_correct_group_share" in r for r in rows)
     assert any(r["dot/truncated_share"] > 0 for r in rows)  # (seeded: step 2 has an all-correct group to cut)
     assert any(r.get("dot/rescored_accuracy") == 0 for r in rows)  # truncated text has no EOS: cut -> 0
-    assert trainer._dot_lengths is None
+    assert trainer.variant.new_lengths is None
 
 
 def test_dot_dynamic_sampling_keeps_batch_shape(setup):
@@ -198,15 +197,26 @@ def test_config_validation(setup):
     assert cfg.reward_weights == [0.0, 1.0, 1.0] and cfg.penalty_l_max == 12
 
 
-@pytest.mark.parametrize("variant", ["baseline", "siri", "dot", "drpo", "length_penalty"])
+@pytest.mark.parametrize("option, value", [("loss_type", "grpo"), ("epsilon", 0.3), ("beta", 0.04),
+                                           ("importance_sampling_level", "sequence"), ("top_entropy_quantile", 0.2),
+                                           ("entropy_coef", 0.01)])
+def test_drpo_rejects_the_trl_options_it_ignores(setup, option, value):
+    with pytest.raises(ValueError, match=rf"^{option}: variant drpo ignores this GRPOConfig option"):
+        make_config(setup, "drpo", "x", **{option: value})
+    make_config(setup, "band", "x", **{option: value})  # the GRPO-loss variants use it
+
+
+@pytest.mark.parametrize("variant", ["band", "baseline", "siri", "dot", "drpo", "length_penalty", "gdpo", "dapo_overlong",
+                                     "cosine", "dler"])
 def test_configs_dry_run(variant, capsys):
     from livethink.length_rl.cli import main
+    from livethink.length_rl.variants import canonical_name
 
     root = Path(__file__).resolve().parents[1]
     for tier in ("tiny", "prod"):
         assert main(["--config", str(root / f"configs/{tier}/grpo_{variant}.yaml"), "--dry-run"]) == 0, tier
         report = json.loads(capsys.readouterr().out)
-        assert report["ok"] and report["variant"] == variant
+        assert report["ok"] and report["variant"] == canonical_name(variant)
     assert report["rollouts"] == "vllm-server" and report["bf16"] is True
 
 
@@ -323,3 +333,44 @@ def test_forced_digits_get_nan_sampling_logprobs():
     assert out[0][0] == [-0.5] and out[0][2] == [-1.0] and len(out[0][1]) == 2 and all(map(math.isnan, out[0][1]))
     with pytest.raises(ValueError):  # a mask that does not fit the completion is a bug, not something to skip
         nan_forced_logprobs([[[-0.5]]], [[False, True]])
+
+
+# ---------------------------------------------------------------- baselines end to end
+
+
+def test_dapo_overlong_runs_with_trls_punishment(setup):
+    cfg = make_config(setup, "dapo_overlong", "dapo", max_steps=1, save_steps=10, dapo_overlong_l_max=12,
+                      dapo_overlong_cache=12)
+    train(cfg, RubricJudge())
+    row = metrics(cfg)[0]
+    # L_max = L_cache = 12: the punishment is −L/12 for every length up to the cap
+    assert row["rewards/overlong/mean"] == pytest.approx(-row["completions/mean_length"] / 12, abs=1e-4)
+
+
+def test_cosine_runs(setup):
+    cfg = make_config(setup, "cosine", "cosine", max_steps=1, save_steps=10)
+    train(cfg, RubricJudge())
+    row = metrics(cfg)[0]
+    assert row["accuracy"] == 0 and -1.0 <= row["rewards/cosine/mean"] <= -0.5  # wrong replies: [−1, −0.5]
+    assert cfg.reward_weights == [0.0, 1.0, 1.0]
+
+
+def test_gdpo_normalises_each_reward_then_sums(setup):
+    cfg = make_config(setup, "gdpo", "gdpo", max_steps=1, save_steps=10)
+    trainer = train(cfg, RuleJudge(lambda text: len(text) % 2 == 0))
+    assert trainer.multi_objective_aggregation == "normalize_then_sum"
+    assert "rewards/brevity/mean" in metrics(cfg)[0]
+    with pytest.raises(ValueError, match="multi_objective_aggregation: variant gdpo needs"):
+        make_config(setup, "gdpo", "x", multi_objective_aggregation="bogus")
+
+
+def test_dler_caps_samples_dynamically_and_normalises_over_the_batch(setup):
+    cfg = make_config(setup, "dler", "dler", max_steps=2, save_steps=10, dler_length_limit=6, dler_oversample=2.0)
+    assert cfg.scale_rewards == "batch"
+    trainer = train(cfg, RuleJudge(lambda text: len(text) % 2 == 0))
+    rows = metrics(cfg)
+    assert all(r["completions/max_length"] <= 6 for r in rows)  # the hard limit
+    assert all(r["dler/oversample_factor"] == 2.0 and "dler/pass_rate" in r and "dler/truncated_share" in r for r in rows)
+    assert len(trainer.pass_rates) == 2
+    with pytest.raises(ValueError, match="dler_length_limit"):
+        make_config(setup, "dler", "x", dler_length_limit=64)

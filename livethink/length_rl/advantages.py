@@ -46,7 +46,28 @@ def zero_std_groups(rewards: torch.Tensor, group_size: int, atol: float = 1e-6) 
     return (g.max(dim=1).values - g.min(dim=1).values).abs() <= atol
 
 
+def batch_std_advantages(rewards: torch.Tensor, group_size: int, eps: float = EPS) -> torch.Tensor:
+    """Group mean, batch std (DLER's batch-wise normalisation; TRL's ``scale_rewards="batch"``):
+    A_i = (r_i − μ_g)/(σ_batch + ε), σ_batch the sample std over the whole batch."""
+    mean, _ = group_stats(rewards, group_size)
+    std = rewards.std(unbiased=True) if rewards.numel() > 1 else torch.zeros((), dtype=rewards.dtype)
+    return (rewards - mean.repeat_interleave(group_size)) / (std + eps)
+
+
+def normalize_then_sum(rewards: torch.Tensor, weights: torch.Tensor, group_size: int, eps: float = EPS) -> torch.Tensor:
+    """GDPO (arXiv 2601.05242; TRL's ``multi_objective_aggregation="normalize_then_sum"``): each reward column is
+    normalised within its group, (r_k − μ_g,k)/(σ_g,k + ε), the columns are summed with ``weights``, and the sum is
+    normalised over the batch: A = (s − mean(s))/(std(s) + ε). ``rewards`` (N, F), ``weights`` (F,)."""
+    n, f = rewards.shape
+    g = rewards.view(-1, group_size, f)
+    std = g.std(dim=1, unbiased=True, keepdim=True) if group_size > 1 else torch.zeros_like(g[:, :1])
+    per_column = ((g - g.mean(dim=1, keepdim=True)) / (std + eps)).view(n, f)
+    summed = (per_column * weights.unsqueeze(0)).sum(dim=1)
+    return (summed - summed.mean()) / (summed.std(unbiased=True) + eps)
+
+
 ADVANTAGE_ESTIMATORS: dict[str, Callable[..., torch.Tensor]] = {
     "grpo": grpo_advantages,
     "dr_grpo": dr_grpo_advantages,
+    "batch_std": batch_std_advantages,
 }

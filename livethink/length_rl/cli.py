@@ -1,7 +1,8 @@
 """`livethink grpo --config configs/tiny/grpo_<variant>.yaml [--key value ...]`: stage 2, TRL-style.
 
-The YAML and the command line fill one `GRPOVariantConfig` (TRL's `GRPOConfig` + the variant's options) through
-`TrlParser`; command-line values override the YAML. `--dry-run` validates a config without loading weights or a
+The YAML and the command line fill one `GRPOVariantConfig` (TRL's `GRPOConfig` + the variants' options) through
+`TrlParser`; a YAML's ``base: grpo_base.yaml`` is loaded first (``config_files``), the file's own keys override it,
+and command-line values override both. `--dry-run` validates a config without loading weights or a
 GPU (used for `configs/prod/`). Several GPUs:
 `accelerate launch --config_file configs/accelerate/zero3.yaml -m livethink.length_rl.cli --config …`.
 """
@@ -23,21 +24,14 @@ def dry_run(cfg) -> dict[str, Any]:
     spec = cfg.spec
     report: dict[str, Any] = {
         "variant": cfg.variant, "summary": spec.summary, "rewards": dict(zip(spec.rewards, cfg.reward_weights, strict=True)),
-        "loss": spec.loss if spec.loss == "drpo" else cfg.loss_type, "model": cfg.model_name_or_path,
+        "loss": cfg.loss_type if spec.loss == "grpo" else spec.loss, "model": cfg.model_name_or_path,
         "num_generations": cfg.num_generations, "max_completion_length": cfg.max_completion_length,
         "rollouts": "vllm-" + cfg.vllm_mode if cfg.use_vllm else "transformers",
         "output_dir": cfg.output_dir,
     }
-    if spec.length_cap_schedule:
-        s = cfg.siri()
-        from livethink.length_rl.schedules import length_cap, phase_boundaries
-
-        report["siri"] = {"schedule": cfg.siri_schedule, "l_max": s.l_max, "l_min": s.l_min, "period": s.period,
-                          "cycles": s.cycles, "total_steps": s.total_steps,
-                          "caps_at_quarters": [length_cap(cfg.siri_schedule, t, s) for t in range(0, s.period + 1, s.period // 4)],
-                          "phase_saves": {str(k): f"{p}-{c}" for k, (p, c) in sorted(phase_boundaries(s).items())}}
-        if cfg.max_steps > 0 and cfg.max_steps != s.total_steps:
-            notes.append(f"max_steps={cfg.max_steps} but the SIRI schedule spans {s.total_steps} steps")
+    extra, variant_notes = spec.describe()
+    report.update(extra)
+    notes += variant_notes
     if cfg.use_vllm and cfg.vllm_mode == "server":
         url = cfg.vllm_server_base_url
         if url and not (urlparse(url).scheme in ("http", "https") and urlparse(url).netloc):
@@ -69,20 +63,50 @@ def dry_run(cfg) -> dict[str, Any]:
     return report
 
 
-def _requested_hardware(argv: list[str]) -> dict[str, Any]:
+def _requested_hardware(config: dict[str, Any], argv: list[str]) -> dict[str, Any]:
     """bf16 / use_cpu as the YAML (and command line) ask, before a GPU-less dry run overrides them."""
-    import yaml
-
-    values: dict[str, Any] = {}
-    if "--config" in argv and argv.index("--config") + 1 < len(argv):
-        path = Path(argv[argv.index("--config") + 1])
-        loaded = yaml.safe_load(path.read_text()) if path.is_file() else None
-        values = {k: loaded.get(k) for k in ("bf16", "use_cpu")} if isinstance(loaded, dict) else {}
+    values = {k: config.get(k) for k in ("bf16", "use_cpu")}
     for key in ("bf16", "use_cpu"):
         if f"--{key}" in argv and argv.index(f"--{key}") + 1 < len(argv):
             values[key] = argv[argv.index(f"--{key}") + 1].lower() in ("1", "true", "yes")
     return {"bf16": bool(values.get("bf16")), "use_cpu": bool(values.get("use_cpu")),
             "not_checked_here": "hardware-dependent options (bf16, GPU count) are checked when training starts"}
+
+
+def _pop_config(argv: list[str]) -> dict[str, Any]:
+    """Remove ``--config PATH`` from ``argv``; the file's mapping over its ``base`` chain ({} without one)."""
+    from livethink.length_rl.config_files import load_config_file
+
+    if "--config" not in argv:
+        return {}
+    i = argv.index("--config")
+    if i + 1 >= len(argv):
+        raise ValueError("--config needs a path")
+    path = argv[i + 1]
+    del argv[i:i + 2]
+    return load_config_file(path)
+
+
+def parse_config(argv: list[str], config: dict[str, Any]):
+    """One ``GRPOVariantConfig`` from the YAML mapping ``config`` and the command line (which overrides it)."""
+    import os
+
+    from trl import TrlParser
+
+    from livethink.length_rl.config import GRPOVariantConfig
+
+    config = dict(config)
+    env = config.pop("env", None) or {}
+    if not isinstance(env, dict):
+        raise ValueError("env: must be a mapping of environment variables")
+    for key, value in env.items():
+        os.environ[key] = str(value)
+    parser = TrlParser((GRPOVariantConfig,))
+    unknown = parser.set_defaults_with_config(**config)
+    if unknown:
+        raise ValueError(f"unknown options in the config file: {' '.join(unknown[::2])}")
+    (cfg,) = parser.parse_args_into_dataclasses(args=argv)
+    return cfg
 
 
 def _pop_flag(argv: list[str], flag: str) -> bool:
@@ -93,21 +117,18 @@ def _pop_flag(argv: list[str], flag: str) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from trl import TrlParser
-
-    from livethink.length_rl.config import GRPOVariantConfig
-
     argv = list(sys.argv[1:] if argv is None else argv)
     dry = _pop_flag(argv, "--dry-run")
     hardware: dict[str, Any] = {}
-    if dry:
-        hardware = _requested_hardware(argv)
-        import torch
-
-        if not torch.cuda.is_available():  # TrainingArguments refuses bf16 without a GPU: check the rest on CPU
-            argv += ["--use_cpu", "true", "--bf16", "false"]
     try:
-        (cfg,) = TrlParser((GRPOVariantConfig,)).parse_args_and_config(argv)
+        config = _pop_config(argv)
+        if dry:
+            hardware = _requested_hardware(config, argv)
+            import torch
+
+            if not torch.cuda.is_available():  # TrainingArguments refuses bf16 without a GPU: check the rest on CPU
+                argv += ["--use_cpu", "true", "--bf16", "false"]
+        cfg = parse_config(argv, config)
     except (ValueError, TypeError) as exc:
         print(f"livethink grpo: invalid config: {exc}", file=sys.stderr)
         return 2

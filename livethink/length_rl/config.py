@@ -12,16 +12,36 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
-from livethink.length_rl.length_rewards import LENGTH_GATES
-from livethink.length_rl.registry import VARIANTS, get_variant
-from livethink.length_rl.schedules import SCHEDULES, Schedule
+from livethink.length_rl.registry import Variant
+from livethink.length_rl.variants import get_variant, option_classes, variant_names
+
+
+def trl_default(name: str):
+    """GRPOConfig's own default for the option ``name``."""
+    return GRPOConfig.__dataclass_fields__[name].default
+
+
+def apply_variant_trl_options(cfg: GRPOConfig, spec: Variant) -> None:
+    """Set the GRPOConfig values the variant needs (``trl_settings``) where the config left TRL's default, and refuse
+    a non-default value of an option the variant ignores (``ignored_trl_options``) or contradicts."""
+    for name, value in spec.trl_settings.items():
+        current = getattr(cfg, name)
+        if current == trl_default(name):
+            setattr(cfg, name, value)
+        elif current != value:
+            raise ValueError(f"{name}: variant {spec.name} needs {name}={value!r}, got {current!r}")
+    for name in spec.ignored_trl_options:
+        if getattr(cfg, name) != trl_default(name):
+            raise ValueError(f"{name}: variant {spec.name} ignores this GRPOConfig option ({spec.loss} loss), so it must "
+                             f"stay at TRL's default {trl_default(name)!r}; got {getattr(cfg, name)!r}")
 
 
 @dataclass
-class GRPOVariantConfig(GRPOConfig):
-    """Stage 2: GRPO length compression of the RFT student, one of ``VARIANTS``."""
+class GRPOVariantConfig(*option_classes(), GRPOConfig):
+    """Stage 2: GRPO length compression of the RFT student, one of the registered variants (``variants``), whose
+    own options (``Variant.options``) this class inherits."""
 
-    variant: str = field(default="baseline", metadata={"help": f"one of {', '.join(VARIANTS)}"})
+    variant: str = field(default="band", metadata={"help": f"one of {', '.join(variant_names())}"})
     model_name_or_path: str = field(default="runs/tiny/rft/final", metadata={"help": "RFT student (HF dir)"})
     data_dir: str = field(default="artifacts/tiny/data", metadata={"help": "dir with <split>.jsonl task files"})
     train_split: str = field(default="train")
@@ -34,42 +54,8 @@ class GRPOVariantConfig(GRPOConfig):
     # reward weights (TRL's reward_weights are derived from these unless given)
     w_correct: float = field(default=1.0)
     w_helpful: float = field(default=1.0)
-    w_length: float = field(default=0.5, metadata={"help": "baseline: weight of the band reward r_len"})
     zero_reward_if_cut: bool = field(default=True, metadata={"help": "a completion cut by the cap (no EOS) scores C = H = 0"})
-    # baseline: LiveThinking band
     l_ref: float = field(default=0.0, metadata={"help": "reference length (tokens); 0 = mean length of the first rollouts"})
-    band_lambda_low: float = field(default=0.2)
-    band_lambda_up: float = field(default=0.4)
-    band_epsilon: float | None = field(default=None, metadata={"help": "tokens; None = 0.5·L_ref"})
-    length_gate: str = field(default="none", metadata={
-        "help": "baseline: where r_len counts: none (every reply, LiveThinking as written) | correct | "
-                "correct_helpful (only good replies) | solved_group (every reply of a group with a good one)"})
-    # length_penalty
-    length_penalty_alpha: float = field(default=0.5)
-    length_penalty_l_max: int = field(default=0)
-    # siri
-    siri_schedule: str = field(default="cosine", metadata={"help": f"one of {', '.join(SCHEDULES)}"})
-    siri_l_max: int = field(default=0)
-    siri_l_min: int = field(default=128)
-    siri_period: int = field(default=20, metadata={"help": "steps per compression + expansion cycle (even)"})
-    siri_cycles: int = field(default=1)
-    siri_stair_steps: int = field(default=1)
-    # dot
-    dot_alpha: float = field(default=3.0)
-    dot_margin: float = field(default=32.0, metadata={"help": "tokens, or a fraction of L when in (0, 1)"})
-    dot_success_threshold: float = field(default=1.0)
-    dot_dynamic_sampling: bool = field(default=False, metadata={"help": "predictive dynamic sampling (oversample + zero-std filter)"})
-    dot_ds_window: int = field(default=20)
-    dot_ds_min_factor: float = field(default=1.2)
-    dot_ds_max_factor: float = field(default=5.0)
-    dot_ds_initial_factor: float = field(default=1.5)
-    # drpo
-    drpo_lambda: float = field(default=0.1)
-    drpo_tau: float = field(default=10.0)
-    drpo_beta: float = field(default=1000.0)
-    drpo_delta: float = field(default=1e-4)
-    drpo_max_len: int = field(default=0)
-    drpo_positive: str = field(default="correct_helpful", metadata={"help": "correct | correct_helpful"})
     freeze_router: bool = field(default=False, metadata={
         "help": "MoE students: no gradient to the routers in stage 2, so the experts a token is sent to stay fixed"})
     trainable_parameters: list[str] | None = field(default=None, metadata={
@@ -85,9 +71,11 @@ class GRPOVariantConfig(GRPOConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        spec = get_variant(self.variant)
+        spec = get_variant(self.variant, self)
+        self.variant = spec.name  # an alias (baseline) becomes the variant's name (band)
+        apply_variant_trl_options(self, spec)
         if self.reward_weights is None:
-            self.reward_weights = spec.reward_weights(self.w_correct, self.w_helpful, self.w_length)
+            self.reward_weights = spec.reward_weights()
         if len(self.reward_weights) != len(spec.rewards):
             raise ValueError(f"variant {self.variant} has reward columns {spec.rewards}; got {len(self.reward_weights)} reward_weights")
         if self.judge not in ("rubric", "llm"):
@@ -102,39 +90,14 @@ class GRPOVariantConfig(GRPOConfig):
             from livethink.length_rl.vllm_calculator import calculator_generation_kwargs
 
             self.generation_kwargs = calculator_generation_kwargs(self.generation_kwargs)
-        if self.length_gate not in LENGTH_GATES:
-            raise ValueError(f"length_gate must be one of {', '.join(LENGTH_GATES)}, got {self.length_gate!r}")
-        if self.drpo_positive not in ("correct", "correct_helpful"):
-            raise ValueError(f"drpo_positive must be 'correct' or 'correct_helpful', got {self.drpo_positive!r}")
         local_generation = self.per_device_train_batch_size * self.steps_per_generation
         if local_generation % self.num_generations:
             raise ValueError(
                 f"per_device_train_batch_size × steps_per_generation ({local_generation}) must be a multiple of "
                 f"num_generations ({self.num_generations}) so that no prompt's group is split across processes")
-        if spec.loss == "drpo" and self.per_device_train_batch_size % self.num_generations:
-            raise ValueError(f"drpo needs whole groups in each micro-batch: per_device_train_batch_size "
-                             f"({self.per_device_train_batch_size}) must be a multiple of num_generations ({self.num_generations})")
-        if spec.length_cap_schedule:
-            if self.siri_schedule not in SCHEDULES:
-                raise ValueError(f"siri_schedule must be one of {', '.join(SCHEDULES)}, got {self.siri_schedule!r}")
-            self.siri()  # validates the numbers
-            if self.siri_l_max and self.siri_l_max > self.max_completion_length:
-                raise ValueError(f"siri_l_max ({self.siri_l_max}) exceeds max_completion_length ({self.max_completion_length})")
-        if self.dot_ds_min_factor > self.dot_ds_max_factor:
-            raise ValueError("dot_ds_min_factor must be <= dot_ds_max_factor")
+        spec.validate()
 
     @property
-    def spec(self):
-        return get_variant(self.variant)
-
-    def siri(self) -> Schedule:
-        return Schedule(self.siri_l_max or self.max_completion_length, self.siri_l_min, self.siri_period,
-                        self.siri_cycles, self.siri_stair_steps)
-
-    @property
-    def drpo_length_cap(self) -> int:
-        return self.drpo_max_len or self.max_completion_length
-
-    @property
-    def penalty_l_max(self) -> int:
-        return self.length_penalty_l_max or self.max_completion_length
+    def spec(self) -> Variant:
+        """The variant, bound to this config."""
+        return get_variant(self.variant, self)

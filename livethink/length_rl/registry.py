@@ -1,59 +1,130 @@
-"""The stage-2 variants, chosen by name: which reward columns each trains on and which mechanism shortens replies.
+"""The stage-2 variant registry, in the manner of verl's ``core_algos`` (``@register_adv_est("grpo")``).
 
-Every variant keeps the quality signals C (correctness) and H (helpfulness) of the rubric/LLM judge; they differ
-in where the length pressure comes from:
+A variant is a subclass of ``Variant`` in its own module under ``livethink/length_rl/variants/``, registered by name
+with ``@register_variant("name")``. Its methods are the hooks the trainer calls (it never names a variant):
 
-| variant          | reward columns (weights)                                  | length mechanism                      |
-|------------------|-----------------------------------------------------------|---------------------------------------|
-| baseline         | correctness (w_c), helpfulness (w_h), brevity (w_l)       | LiveThinking band around L_ref        |
-| siri             | correctness (w_c), helpfulness (w_h)                      | cap L(t) on generation (cut = 0)      |
-| dot              | correctness (w_c), helpfulness (w_h)                      | outlier truncation in all-correct groups |
-| drpo             | correctness, helpfulness (labels of the DRPO loss)        | length-weighted positives in the loss |
-| length_penalty   | correctness (0, logged), helpfulness (w_h), length_penalty (1) | C − α·L/L_max                     |
+- config time: ``options`` (a dataclass of the variant's own fields, merged into ``GRPOVariantConfig``),
+  ``trl_settings`` (GRPOConfig values the variant needs), ``ignored_trl_options`` (GRPOConfig options it does not
+  use: a non-default value is an error), ``reward_weights``, ``reward_options``, ``validate``, ``describe``;
+- run time (one instance per trainer): ``setup`` (callbacks), ``generation_cap`` (the length-cap schedule),
+  ``oversample_factor`` (dynamic sampling), ``postprocess_rewards`` (re-scoring before the advantages),
+  ``postprocess_batch`` (masks and labels of the scored batch), ``compute_loss`` (replaces TRL's),
+  ``state``/``load_state`` (what a checkpoint keeps), ``on_save``.
+
+Reward columns are plain TRL reward functions built by name (``rewards.register_reward_column``). Variants are
+discovered by importing every module of the ``variants`` package, so adding one touches no other file.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar
 
-CORRECTNESS = "correctness"
-HELPFULNESS = "helpfulness"
-BREVITY = "brevity"
-LENGTH_PENALTY = "length_penalty"
+if TYPE_CHECKING:
+    import torch
 
+    from livethink.length_rl.rewards import Scored
 
-@dataclass(frozen=True)
-class VariantSpec:
-    name: str
-    rewards: tuple[str, ...]
-    loss: str = "grpo"  # "grpo" (TRL's clipped surrogate) or "drpo"
-    length_cap_schedule: bool = False  # SIRI
-    outlier_truncation: bool = False  # DOT
-    summary: str = ""
-
-    def reward_weights(self, w_correct: float, w_helpful: float, w_length: float) -> list[float]:
-        """TRL ``reward_weights`` for this variant's columns."""
-        table = {CORRECTNESS: w_correct, HELPFULNESS: w_helpful, BREVITY: w_length, LENGTH_PENALTY: 1.0}
-        if LENGTH_PENALTY in self.rewards:  # C is inside the length_penalty column; correctness is only logged
-            table[CORRECTNESS] = 0.0
-        return [table[name] for name in self.rewards]
+REGISTRY: dict[str, type[Variant]] = {}
+ALIASES: dict[str, str] = {}
 
 
-VARIANTS: dict[str, VariantSpec] = {
-    "baseline": VariantSpec("baseline", (CORRECTNESS, HELPFULNESS, BREVITY),
-                            summary="LiveThinking: w_c·C + w_h·H + w_l·r_len (band around L_ref), GRPO"),
-    "siri": VariantSpec("siri", (CORRECTNESS, HELPFULNESS), length_cap_schedule=True,
-                        summary="SIRI: interleaved compression/expansion of the generation cap; cut replies score 0"),
-    "dot": VariantSpec("dot", (CORRECTNESS, HELPFULNESS), outlier_truncation=True,
-                       summary="DOT: truncate length outliers of all-correct groups, mask and re-score"),
-    "drpo": VariantSpec("drpo", (CORRECTNESS, HELPFULNESS), loss="drpo",
-                        summary="DRPO: length-weighted positives vs log-sum-exp negatives, KL-to-old penalty"),
-    "length_penalty": VariantSpec("length_penalty", (CORRECTNESS, HELPFULNESS, LENGTH_PENALTY),
-                                  summary="naive baseline: C − α·L/L_max (+ w_h·H), GRPO"),
-}
+class Variant:
+    """Defaults for every hook: plain GRPO on the variant's reward columns."""
+
+    name: ClassVar[str] = ""
+    aliases: ClassVar[tuple[str, ...]] = ()
+    summary: ClassVar[str] = ""
+    rewards: ClassVar[tuple[str, ...]] = ()
+    loss: ClassVar[str] = "grpo"  # shown by --dry-run; "grpo" means TRL's loss (its loss_type)
+    options: ClassVar[type | None] = None  # dataclass of the variant's own config fields
+    trl_settings: ClassVar[dict[str, Any]] = {}
+    ignored_trl_options: ClassVar[tuple[str, ...]] = ()
+    masks_tokens: ClassVar[bool] = False  # postprocess_batch may zero completion_mask entries
+    metrics_prefix: ClassVar[str] = ""  # prefix of this variant's logged metrics ("" = its name)
+
+    def __init__(self, cfg: Any):
+        self.cfg = cfg
+
+    @property
+    def prefix(self) -> str:
+        return self.metrics_prefix or self.name
+
+    # ----- config time
+    def reward_weights(self) -> list[float]:
+        """TRL ``reward_weights`` for ``rewards`` (default: w_correct, w_helpful for C and H)."""
+        raise NotImplementedError(f"variant {self.name} must define reward_weights")
+
+    def reward_options(self) -> dict[str, Any]:
+        """Keyword options of ``rewards.make_reward_funcs`` for this variant's columns."""
+        return {}
+
+    def validate(self) -> None:
+        """Raise ``ValueError`` naming the field for a bad value of the variant's options."""
+
+    def describe(self) -> tuple[dict[str, Any], list[str]]:
+        """Extra ``--dry-run`` report entries and notes."""
+        return {}, []
+
+    # ----- run time (``trainer``: the ``LengthRLTrainer``)
+    def setup(self, trainer: Any) -> None:
+        """Once, at the end of the trainer's ``__init__`` (e.g. add callbacks)."""
+
+    def generation_cap(self, trainer: Any, step: int, training: bool) -> int | None:
+        """The completion cap of this generation (None: ``max_completion_length``)."""
+        return None
+
+    def oversample_factor(self, trainer: Any) -> float | None:
+        """Dynamic sampling: sample this many times the prompts and keep the informative groups (None: off)."""
+        return None
+
+    def postprocess_rewards(self, trainer: Any, scored: Scored) -> torch.Tensor:
+        """The (N, F) rewards of the whole generation batch, before TRL computes the advantages."""
+        return scored.rewards
+
+    def postprocess_batch(self, trainer: Any, output: dict[str, Any], n_rows: int) -> dict[str, Any]:
+        """The scored local batch (``n_rows`` rows) before dynamic sampling selects from it."""
+        return output
+
+    def compute_loss(self, trainer: Any, model: Any, inputs: dict[str, Any]) -> torch.Tensor | None:
+        """A loss replacing TRL's (None: TRL's own)."""
+        return None
+
+    def state(self) -> dict[str, Any]:
+        return {}
+
+    def load_state(self, state: dict[str, Any]) -> None:
+        """Restore what ``state`` returned (from a checkpoint)."""
+
+    def on_save(self, trainer: Any, step: int) -> None:
+        """After a checkpoint at ``step`` was written."""
 
 
-def get_variant(name: str) -> VariantSpec:
-    if name not in VARIANTS:
-        raise ValueError(f"unknown variant {name!r}: choose one of {', '.join(VARIANTS)}")
-    return VARIANTS[name]
+def register_variant(name: str, *, aliases: tuple[str, ...] = ()) -> Callable[[type[Variant]], type[Variant]]:
+    """Class decorator: ``@register_variant("dot")`` registers a ``Variant`` subclass under ``name`` (and aliases)."""
+
+    def decorate(cls: type[Variant]) -> type[Variant]:
+        for key in (name, *aliases):
+            if key in REGISTRY or key in ALIASES:
+                raise ValueError(f"variant name {key!r} is registered twice")
+        if not cls.rewards:
+            raise ValueError(f"variant {name}: declare its reward columns (rewards = (...))")
+        cls.name, cls.aliases = name, tuple(aliases)
+        REGISTRY[name] = cls
+        ALIASES.update({alias: name for alias in aliases})
+        return cls
+
+    return decorate
+
+
+def canonical_name(name: str) -> str:
+    return ALIASES.get(name, name)
+
+
+def lookup(name: str) -> type[Variant]:
+    """The registered class for ``name`` or an alias (the ``variants`` package must have been imported)."""
+    key = canonical_name(name)
+    if key not in REGISTRY:
+        names = sorted(REGISTRY) + [f"{a} (= {n})" for a, n in sorted(ALIASES.items())]
+        raise ValueError(f"variant: unknown variant {name!r}: choose one of {', '.join(names)}")
+    return REGISTRY[key]

@@ -1,7 +1,8 @@
-"""The variants' reward columns as TRL reward functions ``fn(completions, completion_ids, **columns)``.
+"""The variants' reward columns as TRL reward functions ``fn(completions, completion_ids, **columns)``, by name.
 
 Built on the rewards package: tasks are rebuilt from the dataset columns (``tasks_from_columns``), C and H come
-from its judge (memoised, so several columns cost one judge call per completion), r_len from its ``band_reward``.
+from its judge (memoised, so several columns cost one judge call per completion). Correctness and helpfulness are
+defined here; each variant module registers its own length columns (``register_reward_column``).
 Lengths are the policy's own token counts (``completion_ids``, the reply's EOS included).
 
 A completion *cut* before its EOS (by ``max_completion_length``, SIRI's cap, or DOT's truncation) scores C = H = 0:
@@ -18,13 +19,14 @@ from typing import Any
 import torch
 
 from livethink.data.schema import Task
-from livethink.length_rl import length_rewards
-from livethink.length_rl.registry import BREVITY, CORRECTNESS, HELPFULNESS, LENGTH_PENALTY
 from livethink.rewards.adapters import tasks_from_columns
 from livethink.rewards.judge import Judge, Verdict, make_judge
 from livethink.rewards.parse import Completion
 
 RewardFunc = Callable[..., list[float | None]]
+
+CORRECTNESS = "correctness"
+HELPFULNESS = "helpfulness"
 
 
 class CachedJudge:
@@ -71,58 +73,92 @@ def _named(fn: RewardFunc, name: str) -> RewardFunc:
     return fn
 
 
-def _lengths(completions: Sequence[Completion], completion_ids: Sequence[Sequence[int]] | None) -> list[int]:
+def lengths_of(completion_ids: Sequence[Sequence[int]] | None) -> list[int]:
+    """Token counts of the completions (TRL's ``completion_ids``)."""
     if completion_ids is None:
         raise ValueError("length rewards need TRL's completion_ids")
     return [len(ids) for ids in completion_ids]
 
 
-def make_reward_funcs(names: Sequence[str], ctx: RewardContext, judge: Judge | dict | None = None,
-                      band: dict[str, Any] | None = None, penalty: dict[str, Any] | None = None) -> list[RewardFunc]:
-    """Reward functions for the columns ``names`` (see ``registry``), sharing one memoising judge."""
-    the_judge = CachedJudge(make_judge(judge))
-    band = band or {}
-    penalty = penalty or {}
+class RewardKit:
+    """What a reward column is built from: the context and one memoising judge shared by the columns."""
 
-    def verdicts(completions, completion_ids, columns) -> list[tuple[Verdict, bool]]:
+    def __init__(self, ctx: RewardContext, judge: Judge | dict | None = None):
+        self.ctx = ctx
+        self.judge = CachedJudge(make_judge(judge))
+
+    def verdicts(self, completions, completion_ids, columns) -> list[tuple[Verdict, bool]]:
+        """(verdict, cut) per completion; ``cut`` only when ``zero_reward_if_cut``."""
         tasks = tasks_from_columns(len(completions), columns)
-        scored = the_judge.score_many(list(zip(tasks, completions, strict=True)))
+        scored = self.judge.score_many(list(zip(tasks, completions, strict=True)))
         ids = completion_ids if completion_ids is not None else [None] * len(completions)
-        return [(v, ctx.zero_reward_if_cut and is_cut(i, ctx.eos_ids)) for v, i in zip(scored, ids, strict=True)]
+        return [(v, self.ctx.zero_reward_if_cut and is_cut(i, self.ctx.eos_ids)) for v, i in zip(scored, ids, strict=True)]
 
+    @staticmethod
     def quality(vs: list[tuple[Verdict, bool]]) -> tuple[torch.Tensor, torch.Tensor]:
         """(C, H) per completion as 0/1 tensors, 0 for a cut one."""
         return (torch.tensor([float(v.correct and not cut) for v, cut in vs]),
                 torch.tensor([float(v.helpful and not cut) for v, cut in vs]))
 
+    @staticmethod
+    def unless_error(vs: list[tuple[Verdict, bool]], values: Sequence[float]) -> list[float | None]:
+        """``values``, None where the judge failed (TRL leaves a None out of the reward)."""
+        return [None if v.error else float(r) for (v, _), r in zip(vs, values, strict=True)]
+
+
+ColumnBuilder = Callable[[RewardKit, dict[str, Any]], RewardFunc]
+REWARD_COLUMNS: dict[str, ColumnBuilder] = {}
+
+
+def register_reward_column(name: str) -> Callable[[ColumnBuilder], ColumnBuilder]:
+    """Decorator: ``builder(kit, options) -> fn(completions, completion_ids=None, **columns)`` becomes the reward
+    column ``name`` (``options``: the keyword options of ``make_reward_funcs``)."""
+
+    def decorate(builder: ColumnBuilder) -> ColumnBuilder:
+        if name in REWARD_COLUMNS:
+            raise ValueError(f"reward column {name!r} is registered twice")
+        REWARD_COLUMNS[name] = builder
+        return builder
+
+    return decorate
+
+
+@register_reward_column(CORRECTNESS)
+def _correctness(kit: RewardKit, options: dict[str, Any]) -> RewardFunc:
     def correctness(completions, completion_ids=None, **columns):
-        return [None if v.error else float(v.correct and not cut) for v, cut in verdicts(completions, completion_ids, columns)]
+        vs = kit.verdicts(completions, completion_ids, columns)
+        return kit.unless_error(vs, kit.quality(vs)[0].tolist())
 
+    return correctness
+
+
+@register_reward_column(HELPFULNESS)
+def _helpfulness(kit: RewardKit, options: dict[str, Any]) -> RewardFunc:
     def helpfulness(completions, completion_ids=None, **columns):
-        return [None if v.error else float(v.helpful and not cut) for v, cut in verdicts(completions, completion_ids, columns)]
+        vs = kit.verdicts(completions, completion_ids, columns)
+        return kit.unless_error(vs, kit.quality(vs)[1].tolist())
 
-    def brevity(completions, completion_ids=None, **columns):
-        if ctx.l_ref is None:
-            raise RuntimeError("L_ref is not set: the trainer measures it on the first rollouts (or set l_ref)")
-        lengths = torch.tensor(_lengths(completions, completion_ids))
-        r_len = length_rewards.band(lengths, ctx.l_ref, band.get("lambda_low", 0.2), band.get("lambda_up", 0.4),
-                                    band.get("epsilon"))
-        gate = band.get("gate", "none")
-        if gate == "none":
-            return r_len.tolist()
-        vs = verdicts(completions, completion_ids, columns)
-        values = length_rewards.gated(r_len, *quality(vs), gate, ctx.group_size).tolist()
-        return [None if v.error else r for (v, _), r in zip(vs, values, strict=True)]
+    return helpfulness
 
-    def length_penalty(completions, completion_ids=None, **columns):
-        vs = verdicts(completions, completion_ids, columns)
-        correct, _ = quality(vs)
-        lengths = torch.tensor(_lengths(completions, completion_ids))
-        values = length_rewards.length_penalty(correct, lengths, penalty["l_max"], penalty["alpha"]).tolist()
-        return [None if v.error else r for (v, _), r in zip(vs, values, strict=True)]
 
-    table = {CORRECTNESS: correctness, HELPFULNESS: helpfulness, BREVITY: brevity, LENGTH_PENALTY: length_penalty}
-    unknown = [n for n in names if n not in table]
+def make_reward_funcs(names: Sequence[str], ctx: RewardContext, judge: Judge | dict | None = None,
+                      **options: Any) -> list[RewardFunc]:
+    """Reward functions for the columns ``names`` sharing one memoising judge. Columns other than correctness and
+    helpfulness are registered by the variant modules (import ``livethink.length_rl.variants`` first)."""
+    unknown = [n for n in names if n not in REWARD_COLUMNS]
     if unknown:
-        raise ValueError(f"unknown reward columns {unknown}: choose from {sorted(table)}")
-    return [_named(table[n], n) for n in names]
+        raise ValueError(f"unknown reward columns {unknown}: choose from {sorted(REWARD_COLUMNS)}")
+    kit = RewardKit(ctx, judge)
+    return [_named(REWARD_COLUMNS[n](kit, options), n) for n in names]
+
+
+@dataclass
+class Scored:
+    """One generation batch as ``_calculate_rewards`` sees it (local rows; ``rewards`` and ``lengths`` global)."""
+
+    inputs: list[dict[str, Any]]
+    prompts: list[Any]
+    completions: list[Any]
+    completion_ids: list[list[int]]
+    lengths: torch.Tensor  # (N,) all processes' completion lengths, on CPU
+    rewards: torch.Tensor  # (N, F)

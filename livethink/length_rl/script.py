@@ -44,12 +44,7 @@ def build_trainer(cfg: GRPOVariantConfig, dataset: Dataset | None = None):
     tokenizer = load_tokenizer_for(cfg.model_name_or_path)
     tokenizer.padding_side = "left"
     ctx = RewardContext(l_ref=cfg.l_ref or None, zero_reward_if_cut=cfg.zero_reward_if_cut)
-    funcs = make_reward_funcs(
-        cfg.spec.rewards, ctx, judge_config(cfg),
-        band={"lambda_low": cfg.band_lambda_low, "lambda_up": cfg.band_lambda_up, "epsilon": cfg.band_epsilon,
-              "gate": cfg.length_gate},
-        penalty={"alpha": cfg.length_penalty_alpha, "l_max": cfg.penalty_l_max},
-    )
+    funcs = make_reward_funcs(cfg.spec.rewards, ctx, judge_config(cfg), **cfg.spec.reward_options())
     return LengthRLTrainer(model=cfg.model_name_or_path, reward_funcs=funcs, args=cfg,
                            train_dataset=dataset if dataset is not None else build_dataset(cfg),
                            processing_class=tokenizer, reward_context=ctx)

@@ -15,14 +15,13 @@ Three pieces:
 
 from __future__ import annotations
 
-import functools
 import math
-import types
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import Any
 
 from livethink.calculator.processors import REQUEST_FLAG, forced_mask
+from livethink.length_rl.trl_compat import patch_llm_constructor, wrap_vllm_generate
 
 
 @contextmanager
@@ -31,16 +30,10 @@ def calculator_in_colocated_llm(enabled: bool = True) -> Iterator[None]:
     if not enabled:
         yield
         return
-    from trl.generation import vllm_generation
-
     from livethink.calculator.vllm_processor import VLLMCalculatorLogitsProcessor
 
-    original = vllm_generation.LLM
-    vllm_generation.LLM = functools.partial(original, logits_processors=[VLLMCalculatorLogitsProcessor])
-    try:
+    with patch_llm_constructor(logits_processors=[VLLMCalculatorLogitsProcessor]):
         yield
-    finally:
-        vllm_generation.LLM = original
 
 
 def calculator_generation_kwargs(generation_kwargs: dict[str, Any] | None) -> dict[str, Any]:
@@ -60,14 +53,13 @@ def patch_forced_logprobs(generation: Any, tokenizer: Any, char_ids: dict[str, i
     """Wrap ``generation.generate`` (a TRL ``VLLMGeneration``) so forced digits report NaN sampling log-probs.
 
     ``char_ids``: ``result_char_token_ids(tokenizer)``. Colocate mode returns one prompt per completion."""
-    original = generation.generate
 
-    def generate(self, *args: Any, **kwargs: Any) -> tuple:
-        prompt_ids, completion_ids, logprobs, logprob_token_ids = original(*args, **kwargs)
+    def after(result: tuple) -> tuple:
+        prompt_ids, completion_ids, logprobs, logprob_token_ids = result
         if logprobs is not None:
             forced = [forced_mask(tokenizer, char_ids, prompt, completion)
                       for prompt, completion in zip(prompt_ids, completion_ids, strict=True)]
             logprobs = nan_forced_logprobs(logprobs, forced)
         return prompt_ids, completion_ids, logprobs, logprob_token_ids
 
-    generation.generate = types.MethodType(generate, generation)
+    wrap_vllm_generate(generation, after)

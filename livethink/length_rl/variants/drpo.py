@@ -1,0 +1,85 @@
+"""``drpo``: Decoupled Reward Policy Optimization (arXiv 2510.04474; the math in ``length_rl/drpo.py``).
+
+Correct (and helpful) completions are positives weighted by softmax((1 − L/C)/λ) in their group, against a
+log-sum-exp of the negatives, with a KL-to-old penalty. The loss replaces TRL's clipped surrogate, so TRL's loss
+options (``ignored_trl_options``) must stay at their defaults.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from livethink.length_rl import drpo
+from livethink.length_rl.registry import Variant, register_variant
+from livethink.length_rl.rewards import CORRECTNESS, HELPFULNESS
+
+POSITIVES = ("correct", "correct_helpful")
+
+
+@dataclass
+class DrpoOptions:
+    drpo_lambda: float = field(default=0.1)
+    drpo_tau: float = field(default=10.0)
+    drpo_beta: float = field(default=1000.0)
+    drpo_delta: float = field(default=1e-4)
+    drpo_max_len: int = field(default=0, metadata={"help": "C of r_l = 1 − L/C; 0 = max_completion_length"})
+    drpo_positive: str = field(default="correct_helpful", metadata={"help": "correct | correct_helpful"})
+
+    @property
+    def drpo_length_cap(self) -> int:
+        return self.drpo_max_len or self.max_completion_length
+
+
+@register_variant("drpo")
+class Drpo(Variant):
+    summary = "DRPO: length-weighted positives vs log-sum-exp negatives, KL-to-old penalty"
+    rewards = (CORRECTNESS, HELPFULNESS)
+    loss = "drpo"
+    options = DrpoOptions
+    ignored_trl_options = ("loss_type", "epsilon", "beta", "importance_sampling_level", "top_entropy_quantile",
+                           "entropy_coef")
+
+    def reward_weights(self) -> list[float]:
+        return [self.cfg.w_correct, self.cfg.w_helpful]
+
+    def validate(self) -> None:
+        cfg = self.cfg
+        if cfg.drpo_positive not in POSITIVES:
+            raise ValueError(f"drpo_positive must be 'correct' or 'correct_helpful', got {cfg.drpo_positive!r}")
+        if cfg.per_device_train_batch_size % cfg.num_generations:
+            raise ValueError(f"drpo needs whole groups in each micro-batch: per_device_train_batch_size "
+                             f"({cfg.per_device_train_batch_size}) must be a multiple of num_generations ({cfg.num_generations})")
+
+    def postprocess_batch(self, trainer: Any, output: dict[str, Any], n_rows: int) -> dict[str, Any]:
+        rewards = torch.nan_to_num(trainer.final_rewards)
+        positive = rewards[:, trainer.column(CORRECTNESS)] > 0.5
+        if self.cfg.drpo_positive == "correct_helpful":
+            positive &= rewards[:, trainer.column(HELPFULNESS)] > 0.5
+        output["drpo_positive"] = positive[trainer.local_slice(n_rows)].to(trainer.accelerator.device)
+        return output
+
+    def compute_loss(self, trainer: Any, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
+        cfg = self.cfg
+        prompt_ids, prompt_mask = inputs["prompt_ids"], inputs["prompt_mask"]
+        completion_ids, completion_mask = inputs["completion_ids"], inputs["completion_mask"]
+        mask = completion_mask if "tool_mask" not in inputs else completion_mask * inputs["tool_mask"]
+        per_token_logps, aux_loss = trainer.per_token_logps(
+            model, torch.cat([prompt_ids, completion_ids], dim=1), torch.cat([prompt_mask, completion_mask], dim=1),
+            completion_ids.size(1))
+        old = inputs.get("old_per_token_logps")
+        old = per_token_logps.detach() if old is None else old
+        out = drpo.drpo_loss(per_token_logps, old, mask, inputs["drpo_positive"], trainer.num_generations,
+                             cfg.drpo_length_cap, cfg.drpo_lambda, cfg.drpo_tau, cfg.drpo_beta, cfg.drpo_delta)
+        accumulation = trainer.current_gradient_accumulation_steps if trainer.model.training else 1.0
+        loss = out.loss / accumulation
+        if trainer.aux_loss_enabled:
+            loss = loss + trainer.router_aux_loss_coef * aux_loss / accumulation
+        gather = trainer.accelerator.gather
+        trainer.log_metric("drpo/objective", gather(out.objective).mean())
+        trainer.log_metric("kl", gather(out.kl).mean())
+        trainer.log_metric("drpo/weight_entropy", gather(out.weight_entropy.to(out.kl.device)).mean())
+        trainer.log_metric("drpo/mixed_group_share", out.mixed_groups / max(1, len(mask) // trainer.num_generations))
+        return loss
