@@ -4,7 +4,7 @@
 
 Used by the browser test (``tests/test_demo_browser.py``) and to refresh ``docs/images/`` after
 ``make demo``. Chromium is Debian's ``chromium`` + ``chromium-driver`` (``apt-get install -y chromium
-chromium-driver``), started with the flags of ``ENVIRONMENT.md`` and a fresh ``--user-data-dir``.
+chromium-driver``), started headless (``FLAGS``) with a fresh ``--user-data-dir``.
 """
 
 from __future__ import annotations
