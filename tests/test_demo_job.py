@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from livethink.demo_job import STEPS, Settings, main
+from livethink.demo_job import QUICK_NOTICE, STEPS, Settings, app_command, main
+from livethink.eval.report import write_report
 
 
 def _step(name: str):
@@ -27,6 +28,20 @@ def test_quick_mode_evaluates_with_transformers_and_shorter_caps(tmp_path: Path)
     assert (_option(_step("compress").command(quick), "--use_vllm"),
             _option(_step("compress").command(full), "--use_vllm")) == ("false", "true")
     assert quick.runs != full.runs  # quick never overwrites (or reuses) the full run's artifacts
+
+
+def test_quick_run_says_it_checks_the_plumbing_not_quality(tmp_path: Path) -> None:
+    quick, full = Settings.make(True, tmp_path), Settings.make(False, tmp_path)
+    assert "plumbing" in QUICK_NOTICE and "not quality" in QUICK_NOTICE
+    assert _option(_step("eval").command(quick), "--note") == QUICK_NOTICE
+    assert "--note" not in _step("eval").command(full)
+    assert "--quick" in app_command(quick, "http://127.0.0.1:8000", 7860)
+    assert "--quick" not in app_command(full, "http://127.0.0.1:8000", 7860)
+    # the eval report puts the note above its tables; a report without one has no note line
+    noted = write_report([], tmp_path / "quick", "livethink eval", {"command": "c", "note": QUICK_NOTICE}).read_text()
+    assert noted.splitlines()[2] == f"> **Note:** {QUICK_NOTICE}"
+    plain = write_report([], tmp_path / "full", "livethink eval", {"command": "c"}).read_text()
+    assert "Note:" not in plain
 
 
 def test_data_step_runs_once_then_is_reused(tmp_path: Path, capsys) -> None:

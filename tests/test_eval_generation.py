@@ -64,3 +64,19 @@ def test_eval_cli_samples_the_teacher_at_the_rft_runs_opener_rate(student_dir, l
                  "--data", str(data), "--out", str(tmp_path / "bad")]) == 2
     assert "--teacher-opener-rate must be in [0, 1]" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
+
+
+def test_eval_cli_note_heads_the_report(student_dir, liveshop_small, tmp_path):
+    import json
+
+    from livethink.data.io import write_jsonl
+    from livethink.demo_job import QUICK_NOTICE
+    from livethink.eval.cli import main
+
+    data = tmp_path / "data"
+    write_jsonl(liveshop_small.tasks["test"][:4], data / "test.jsonl")
+    out = tmp_path / "eval"
+    assert main(["--teacher", "scripted", "--tokenizer", str(student_dir), "--data", str(data), "--out", str(out),
+                 "--note", QUICK_NOTICE]) == 0
+    assert json.loads((out / "eval.json").read_text())["meta"]["note"] == QUICK_NOTICE
+    assert f"> **Note:** {QUICK_NOTICE}" in (out / "eval.md").read_text()

@@ -215,7 +215,7 @@ def test_helpful_facts_are_spelled_in_the_reply_as_in_the_trace(tasks):
             continue
         assert sample.reply.endswith(" " + m.group(1)), (m.group(1), sample.reply)
         lowercase += task.helpful_facts[0].fact[0].islower()
-    assert lowercase >= 5  # the case that used to differ is covered
+    assert lowercase >= 5  # facts that start lower-case are covered
 
 
 def test_rechecks_only_repeat_sums_already_written(tasks):

@@ -24,6 +24,7 @@ from apps.demo.compression import build_compression_tab
 from apps.demo.experiment import build_experiment_tab
 from apps.demo.inputs import load_catalog
 from apps.demo.live import build_live_tab
+from livethink.demo_job import QUICK_NOTICE
 
 ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_CATALOG = ROOT / "artifacts/tiny/data/catalog.jsonl"
@@ -44,8 +45,9 @@ def theme() -> gr.themes.Base:
 
 def build_app(server_url: str, catalog_path: str | Path | None = DEFAULT_CATALOG, experiment: str | None = None,
               results_dir: str | Path = DEFAULT_RESULTS, eval_report: str | Path | None = DEFAULT_EVAL,
-              api_key: str | None = None, admin_key: str | None = None) -> gr.Blocks:  # fmt: skip
-    """The demo as a ``gr.Blocks`` (not launched). ``experiment`` defaults to the server's first one."""
+              api_key: str | None = None, admin_key: str | None = None, quick: bool = False) -> gr.Blocks:  # fmt: skip
+    """The demo as a ``gr.Blocks`` (not launched). ``experiment`` defaults to the server's first one; ``quick``
+    shows the quick-run notice (its students check the plumbing, not quality) above the tabs."""
     client = LivethinkClient(server_url, api_key=api_key, admin_key=admin_key)
     catalog, warning = load_catalog(catalog_path)
     if not experiment:
@@ -54,6 +56,8 @@ def build_app(server_url: str, catalog_path: str | Path | None = DEFAULT_CATALOG
         gr.Markdown(
             f"## livethink — fast reasoning replies for livestream shopping\nServer: `{client.base_url}`"
         )
+        if quick:
+            gr.Markdown(f"⚠ **{QUICK_NOTICE}**", elem_id="quick-notice")
         with gr.Tabs():
             with gr.Tab("Live reply", id="live"):
                 live = build_live_tab(client, catalog, warning, experiment)
@@ -94,11 +98,13 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--admin-key", default=os.environ.get("LIVETHINK_ADMIN_KEY"),
                         help="admin bearer token (the A/B summary is an admin endpoint when admin keys are set)")  # fmt: skip
+    parser.add_argument("--quick", action="store_true",
+                        help="say on every tab that the students come from a quick run (plumbing, not quality)")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request to the server is noise
     demo = build_app(args.server_url, args.catalog, args.experiment, args.results_dir, args.eval_report,
-                     args.api_key, args.admin_key)  # fmt: skip
+                     args.api_key, args.admin_key, args.quick)  # fmt: skip
     port = args.port or _free_port(args.host)
     demo.queue(default_concurrency_limit=4)
     _, local_url, _ = demo.launch(server_name=args.host, server_port=port, prevent_thread_lock=True, quiet=True,

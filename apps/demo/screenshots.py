@@ -1,10 +1,10 @@
 """Drive the demo in headless Debian Chromium (Selenium): ask a question, open each tab, save small PNGs.
 
-    python -m apps.demo.screenshots --url http://127.0.0.1:7860 [--out docs/screenshots]
+    python -m apps.demo.screenshots --url http://127.0.0.1:7860 [--out docs/images]
 
-Used by the browser test (``tests/test_demo_browser.py``) and to refresh ``docs/screenshots/`` after
+Used by the browser test (``tests/test_demo_browser.py``) and to refresh ``docs/images/`` after
 ``make demo``. Chromium is Debian's ``chromium`` + ``chromium-driver`` (``apt-get install -y chromium
-chromium-driver``), started with the flags of ``ENVIRONMENT.md`` and a fresh ``--user-data-dir``.
+chromium-driver``), started headless (``FLAGS``) with a fresh ``--user-data-dir``.
 """
 
 from __future__ import annotations
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m apps.demo.screenshots", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     parser.add_argument("--url", default="http://127.0.0.1:7860", help="the running demo")
-    parser.add_argument("--out", default="docs/screenshots", help="output folder")
+    parser.add_argument("--out", default="docs/images", help="output folder")
     parser.add_argument("--question", default="How much is it right now with the livestream discount?")
     parser.add_argument("--budget", type=int, help="latency budget to set (ms; default: leave the slider)")
     parser.add_argument("--timeout", type=float, default=120, help="seconds to wait for a reply")

@@ -60,6 +60,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge-model")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", default="runs/eval")
+    p.add_argument("--note", help="a sentence shown at the top of the report (e.g. what the run is for)")
     return p
 
 
@@ -107,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
             for task_id, (text, finish) in completions.items():
                 fh.write(json.dumps({"task_id": task_id, "completion": text, "finish_reason": finish}) + "\n")
     meta = {"command": "livethink eval " + shlex.join(argv if argv is not None else sys.argv[1:]), "split": args.split,
-            "n_tasks": len(tasks), "data": args.data, "judge": args.judge}
+            "n_tasks": len(tasks), "data": args.data, "judge": args.judge, "note": args.note}
     md = write_report(results, args.out, "livethink eval", meta)
     print(md.read_text())
     return 0

@@ -49,7 +49,8 @@ def write_report(results: Sequence[dict[str, Any]], out_dir: str | Path, title: 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "eval.json").write_text(json.dumps({"meta": meta, "results": list(results)}, indent=2) + "\n")
-    md = [f"# {title}", "", "Command: `" + meta.get("command", "") + "`", "",
+    md = [f"# {title}", "", *([f"> **Note:** {meta['note']}", ""] if meta.get("note") else []),
+          "Command: `" + meta.get("command", "") + "`", "",
           f"Split: {meta.get('split')} ({meta.get('n_tasks')} tasks). Greedy decoding. Tokens counted with the student "
           "tokenizer. Latency probed one request at a time on an idle engine.", "",
           overall_table(results), "", "## By question kind (correctness / helpfulness / mean total tokens)", "",

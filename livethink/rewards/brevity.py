@@ -1,4 +1,4 @@
-"""LiveThinking's length-band reward (``notes/algorithms.md`` §1).
+"""LiveThinking's length-band reward (arXiv 2510.07685, https://arxiv.org/abs/2510.07685).
 
 With L_ref the reference length (the RFT model's length, per prompt or one global number):
 

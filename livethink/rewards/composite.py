@@ -1,4 +1,4 @@
-"""LiveThinking's multi-objective reward r = w_c·C + w_h·H + w_l·r_len (``notes/algorithms.md`` §1).
+"""LiveThinking's multi-objective reward r = w_c·C + w_h·H + w_l·r_len (arXiv 2510.07685).
 
 As written in the paper the length term is additive and *not* gated on correctness; ``gate_length_on_correct``
 makes it count only for correct replies (as Arora & Zanette, L1-Max, DRPO do). The paper gives no weights: the

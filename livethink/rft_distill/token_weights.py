@@ -4,7 +4,7 @@ Most of a teacher trace is phrasing the student learns in a few hundred steps; t
 correctness (product names, colours, counts, prices) are copied from the docs, history and question. A
 from-scratch student learns to look those up only after a late "phase transition". Giving the completion tokens
 that also occur in the prompt's variable part (not in the fixed instructions) a larger loss weight brings that
-transition forward (``benchmarks/sft_copy_sweep.py``).
+transition forward (docs/rft.md).
 """
 
 from __future__ import annotations

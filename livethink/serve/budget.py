@@ -3,7 +3,7 @@
 Notation (seconds unless noted): ``remaining`` = time left until the deadline when the plan is made, ``wait`` =
 expected wait for an engine slot, ``ttft`` = expected time from engine submission to the first token
 (prefill + engine queue), ``tpot`` = expected decode time per output token, ``margin`` = safety margin.
-The token capacity (``notes/serving.md`` §2, "Deadlines / adaptive max_tokens") is
+The token capacity (budget forcing as in s1, arXiv 2501.19393, with a deadline-derived cap) is
 
     N_total = floor((remaining − wait − ttft − margin) / tpot)
 
