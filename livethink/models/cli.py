@@ -72,9 +72,8 @@ def _params(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from livethink.models.loading import validate_student_config
     from livethink.models.params import human
-    from livethink.models.student import load_student_config
+    from livethink.models.student import load_student_config, validate_student_config
 
     config = load_student_config(args.config, pretrained=args.pretrained)
     summary = validate_student_config(config, check_path=not args.skip_path)
