@@ -18,7 +18,6 @@ from livethink.models.loading import (  # noqa: E402
     inspect_checkpoint,
     load_student,
     params_of_checkpoint,
-    validate_student_config,
 )
 from livethink.models.lora import LoraSettings, apply_lora, to_peft_config  # noqa: E402
 from livethink.models.params import count_params, count_params_from_config  # noqa: E402
@@ -28,6 +27,7 @@ from livethink.models.student import (  # noqa: E402
     create_student,
     load_student_config,
     save_student,
+    validate_student_config,
 )
 from livethink.models.tokenizer import (  # noqa: E402
     CHAT_TEMPLATE,

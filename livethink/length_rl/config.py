@@ -59,7 +59,17 @@ class GRPOVariantConfig(*option_classes(), GRPOConfig):
     freeze_router: bool = field(default=False, metadata={
         "help": "MoE students: no gradient to the routers in stage 2, so the experts a token is sent to stay fixed"})
     trainable_parameters: list[str] | None = field(default=None, metadata={
-        "help": "regexes of the parameter names stage 2 trains (e.g. lm_head); the rest stay frozen (default: all)"})
+        "help": "regexes of the parameter names stage 2 trains, or @head (the output layer of any model; the top "
+                "layer and final norm when it is tied to the embeddings) or @all; the rest stay frozen (default: all)"})
+    # LoRA (peft), TRL's ModelConfig names: the documented way to train a pretrained student
+    use_peft: bool = field(default=False, metadata={
+        "help": "train LoRA adapters instead of the weights: <output_dir>/adapter (over model_name_or_path) and the "
+                "merged <output_dir>/final are both saved"})
+    lora_r: int = field(default=16)
+    lora_alpha: int = field(default=32)
+    lora_dropout: float = field(default=0.05)
+    lora_target_modules: list[str] | None = field(default=None, metadata={
+        "help": "module names LoRA wraps (default: q_proj k_proj v_proj o_proj)"})
     # rollouts
     calculator: bool = field(default=False, metadata={
         "help": "calculator-assisted rollouts (livethink.calculator): the digits after a sum's '=' are computed; "
@@ -96,6 +106,19 @@ class GRPOVariantConfig(*option_classes(), GRPOConfig):
                 f"per_device_train_batch_size × steps_per_generation ({local_generation}) must be a multiple of "
                 f"num_generations ({self.num_generations}) so that no prompt's group is split across processes")
         spec.validate()
+        if self.use_peft:
+            if self.trainable_parameters and self.trainable_parameters != ["@all"]:
+                raise ValueError(f"trainable_parameters {self.trainable_parameters} and use_peft exclude each other: "
+                                 "LoRA trains its adapters only (pass --trainable_parameters @all to clear a YAML's)")
+            self.trainable_parameters = None
+            self.lora_settings()  # validates the lora_* fields
+
+    def lora_settings(self):
+        """The ``lora_*`` fields as ``LoraSettings`` (``to_peft_config`` makes the ``peft.LoraConfig``)."""
+        from livethink.models.lora import ATTENTION_MODULES, LoraSettings
+
+        return LoraSettings(r=self.lora_r, lora_alpha=self.lora_alpha, lora_dropout=self.lora_dropout,
+                            target_modules=list(self.lora_target_modules or ATTENTION_MODULES))
 
     @property
     def spec(self) -> Variant:

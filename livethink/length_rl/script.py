@@ -45,14 +45,23 @@ def build_trainer(cfg: GRPOVariantConfig, dataset: Dataset | None = None):
     tokenizer.padding_side = "left"
     ctx = RewardContext(l_ref=cfg.l_ref or None, zero_reward_if_cut=cfg.zero_reward_if_cut)
     funcs = make_reward_funcs(cfg.spec.rewards, ctx, judge_config(cfg), **cfg.spec.reward_options())
+    peft_config = None
+    if cfg.use_peft:
+        from livethink.models.lora import to_peft_config
+
+        peft_config = to_peft_config(cfg.lora_settings())
     return LengthRLTrainer(model=cfg.model_name_or_path, reward_funcs=funcs, args=cfg,
                            train_dataset=dataset if dataset is not None else build_dataset(cfg),
-                           processing_class=tokenizer, reward_context=ctx)
+                           processing_class=tokenizer, reward_context=ctx, peft_config=peft_config)
 
 
 def run_grpo(cfg: GRPOVariantConfig) -> Path:
-    """Train (resuming from the newest checkpoint in ``output_dir``) and save the policy to ``final/``."""
+    """Train (resuming from the newest checkpoint in ``output_dir``) and save the policy to ``final/`` (merged
+    weights) and, with ``use_peft``, its LoRA adapter to ``adapter/``."""
     from transformers.trainer_utils import get_last_checkpoint
+
+    from livethink.data.reasoning_format import saved_format
+    from livethink.models.export import save_trained
 
     out = Path(cfg.output_dir)
     final = out / "final"
@@ -65,9 +74,15 @@ def run_grpo(cfg: GRPOVariantConfig) -> Path:
     if last:
         logger.info("resuming from %s", last)
     result = trainer.train(resume_from_checkpoint=last)
-    trainer.save_model(str(final))
+    saved = save_trained(trainer, out, base=cfg.model_name_or_path)  # final/, and adapter/ with use_peft
     if trainer.accelerator.is_main_process:
-        summary = {"variant": cfg.variant, "final_dir": str(final), "global_step": trainer.state.global_step,
+        fmt = saved_format(cfg.model_name_or_path)
+        if fmt is not None:  # the policy keeps the reasoning format stage 1 taught it
+            for path in saved.values():
+                fmt.save(path)
+        summary = {"variant": cfg.variant, "final_dir": str(final),
+                   "adapter_dir": str(saved["adapter"]) if "adapter" in saved else None,
+                   "global_step": trainer.state.global_step,
                    "train_runtime_s": round(result.metrics.get("train_runtime", 0.0), 1),
                    "wall_s": round(time.perf_counter() - start, 1), "resumed_from": last,
                    "l_ref": trainer.reward_context.l_ref}

@@ -5,6 +5,7 @@
     livethink models params    --model DIR             # from config.json: no weights read (works for 30B)
     livethink models validate  --config configs/prod/student.yaml [--pretrained PATH] [--skip-path]
     livethink models vllm-check --model DIR            # load in vLLM and generate
+    livethink models merge     --base DIR --adapter DIR --out DIR   # LoRA adapter + base -> merged checkpoint
 """
 
 from __future__ import annotations
@@ -72,9 +73,8 @@ def _params(args: argparse.Namespace) -> int:
 
 
 def _validate(args: argparse.Namespace) -> int:
-    from livethink.models.loading import validate_student_config
     from livethink.models.params import human
-    from livethink.models.student import load_student_config
+    from livethink.models.student import load_student_config, validate_student_config
 
     config = load_student_config(args.config, pretrained=args.pretrained)
     summary = validate_student_config(config, check_path=not args.skip_path)
@@ -91,6 +91,14 @@ def _vllm_check(args: argparse.Namespace) -> int:
 
     argv = [args.model, "--num-prompts", str(args.num_prompts), "--max-tokens", str(args.max_tokens)]
     return vllm_main(argv + (["--single-process"] if args.single_process else []))
+
+
+def _merge(args: argparse.Namespace) -> int:
+    from livethink.models.export import merge_adapter
+
+    out = merge_adapter(args.base, args.adapter, args.out, dtype=args.dtype)
+    print(f"merged {args.adapter} into {args.base} -> {out}")
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -133,6 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--max-tokens", type=int, default=64)
     p.add_argument("--single-process", action="store_true", help="no spawned engine/worker processes")
     p.set_defaults(func=_vllm_check)
+
+    p = sub.add_parser("merge", help="merge a LoRA adapter into its base checkpoint (a plain checkpoint to serve)")
+    p.add_argument("--base", required=True, help="the checkpoint the adapter was trained on")
+    p.add_argument("--adapter", required=True, help="adapter dir (adapter_config.json)")
+    p.add_argument("--out", required=True, help="output model dir (model + tokenizer)")
+    p.add_argument("--dtype", default="auto", choices=["auto", "float32", "bfloat16", "float16"])
+    p.set_defaults(func=_merge)
     return parser
 
 

@@ -1,4 +1,4 @@
-"""Load local HF checkpoints (the tiny student, a real Qwen3-30B-A3B, any causal LM) and dry-run-check them.
+"""Load and inspect local HF checkpoints (the tiny student, a real Qwen3-30B-A3B, any causal LM).
 
 Everything is local: ``HF_HUB_OFFLINE`` is honoured and a path that is not a checkpoint directory fails at
 once with a message naming the path and what is missing, instead of a hub lookup error.
@@ -11,12 +11,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from livethink.models.lora import LoraSettings, apply_lora
 from livethink.models.params import ParamCounts, count_params_from_config
-from livethink.models.student import ARCH_FIELDS, DTYPES, StudentConfig
 
-# StudentConfig fields that only a sparse-MoE checkpoint has (not compared against a dense one, e.g. SmolLM2).
-MOE_FIELDS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob")
+DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
 
 
@@ -90,8 +90,6 @@ def resolve_device(device: str = "auto") -> str:
     """``auto``: the machine's accelerator (CUDA, XPU, MPS, ...) if torch sees one, else ``cpu``; other values as given."""
     if device != "auto":
         return device
-    import torch
-
     accelerator = torch.accelerator.current_accelerator() if torch.accelerator.is_available() else None
     return accelerator.type if accelerator is not None else "cpu"
 
@@ -126,49 +124,6 @@ def load_model(
 def load_student(path: str | Path, **kwargs: Any):
     """``(model, tokenizer)`` from one checkpoint directory; kwargs as for :func:`load_model`."""
     return load_model(path, **kwargs), load_tokenizer_for(path)
-
-
-def _hf_value(hf_config: Any, name: str) -> Any:
-    if name == "head_dim":
-        return getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
-    return getattr(hf_config, name, None)
-
-
-def validate_student_config(config: StudentConfig, check_path: bool = True) -> dict[str, Any]:
-    """Dry-run a student config without loading weights or needing a GPU.
-
-    Checks the fields (already validated by ``StudentConfig``), computes total/active parameters on the meta
-    device, and — for a ``pretrained`` config with ``check_path`` — that the directory is a complete
-    checkpoint whose ``config.json`` agrees with every architecture field the YAML states. Raises
-    ``CheckpointError`` / ``ValueError`` naming the path or field; returns a summary dict.
-    """
-    from transformers import AutoConfig
-
-    summary: dict[str, Any] = {"pretrained": config.pretrained, "path_checked": False}
-    if config.pretrained and check_path:
-        info = inspect_checkpoint(config.pretrained)
-        hf_config = AutoConfig.from_pretrained(str(info.path), local_files_only=True)
-        mismatches = []
-        dense = not any(hasattr(hf_config, name) for name in MOE_FIELDS)
-        for name in ARCH_FIELDS:
-            expected = getattr(config, name)
-            if expected is None or (dense and name in MOE_FIELDS):  # a dense checkpoint has no experts to check
-                continue
-            actual = _hf_value(hf_config, name)
-            if actual != expected:
-                mismatches.append(f"{name}: config says {expected!r}, checkpoint has {actual!r}")
-        if mismatches:
-            raise ValueError(f"{info.path}/config.json disagrees with the student config: " + "; ".join(mismatches))
-        if not info.has_tokenizer:
-            raise CheckpointError(f"{info.path}: no tokenizer files ({', '.join(TOKENIZER_FILES)})")
-        summary.update(path_checked=True, model_type=info.model_type, weight_files=len(info.weight_files), dense=dense)
-        counts = count_params_from_config(hf_config)
-    else:
-        if config.vocab_size is None:
-            raise ValueError("student.vocab_size must be set to count parameters without a tokenizer")
-        counts = count_params_from_config(config.to_hf_config())
-    summary["params"] = counts.to_dict()
-    return summary
 
 
 def params_of_checkpoint(path: str | Path) -> ParamCounts:

@@ -15,10 +15,17 @@ from typing import Any
 import torch
 import yaml
 
-from livethink.models.lora import LoraSettings, to_peft_config
+from livethink.models.loading import (
+    DTYPES,
+    TOKENIZER_FILES,
+    CheckpointError,
+    inspect_checkpoint,
+    load_model,
+    load_tokenizer_for,
+)
+from livethink.models.lora import LoraSettings, apply_lora, to_peft_config
+from livethink.models.params import count_params_from_config
 from livethink.models.tokenizer import save_tokenizer
-
-DTYPES: dict[str, torch.dtype] = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 # StudentConfig fields that map 1:1 onto Qwen3MoeConfig attributes (checked against a pretrained checkpoint).
 ARCH_FIELDS: tuple[str, ...] = (
@@ -35,6 +42,8 @@ ARCH_FIELDS: tuple[str, ...] = (
     "tie_word_embeddings",
     "vocab_size",
 )
+# StudentConfig fields that only a sparse-MoE checkpoint has (not compared against a dense one, e.g. SmolLM2).
+MOE_FIELDS = ("num_experts", "num_experts_per_tok", "moe_intermediate_size", "norm_topk_prob")
 
 
 @dataclass
@@ -222,7 +231,6 @@ def build_student(config: StudentConfig, tokenizer=None):
     if config.pretrained:
         from transformers import AutoConfig
 
-        from livethink.models.loading import load_model, load_tokenizer_for
         from livethink.models.smollm2 import default_dir, ensure_smollm2
 
         if Path(config.pretrained) == default_dir():
@@ -244,10 +252,51 @@ def build_student(config: StudentConfig, tokenizer=None):
         raise ValueError("creating a student from scratch needs a tokenizer (student.pretrained is null)")
     model = create_student(config, tokenizer)
     if config.lora:
-        from livethink.models.lora import apply_lora
-
         model = apply_lora(model, config.lora)
     return model, tokenizer
+
+
+def _hf_value(hf_config: Any, name: str) -> Any:
+    if name == "head_dim":
+        return getattr(hf_config, "head_dim", None) or hf_config.hidden_size // hf_config.num_attention_heads
+    return getattr(hf_config, name, None)
+
+
+def validate_student_config(config: StudentConfig, check_path: bool = True) -> dict[str, Any]:
+    """Dry-run a student config without loading weights or needing a GPU.
+
+    Checks the fields (already validated by ``StudentConfig``), computes total/active parameters on the meta
+    device, and — for a ``pretrained`` config with ``check_path`` — that the directory is a complete
+    checkpoint whose ``config.json`` agrees with every architecture field the YAML states. Raises
+    ``CheckpointError`` / ``ValueError`` naming the path or field; returns a summary dict.
+    """
+    from transformers import AutoConfig
+
+    summary: dict[str, Any] = {"pretrained": config.pretrained, "path_checked": False}
+    if config.pretrained and check_path:
+        info = inspect_checkpoint(config.pretrained)
+        hf_config = AutoConfig.from_pretrained(str(info.path), local_files_only=True)
+        mismatches = []
+        dense = not any(hasattr(hf_config, name) for name in MOE_FIELDS)
+        for name in ARCH_FIELDS:
+            expected = getattr(config, name)
+            if expected is None or (dense and name in MOE_FIELDS):  # a dense checkpoint has no experts to check
+                continue
+            actual = _hf_value(hf_config, name)
+            if actual != expected:
+                mismatches.append(f"{name}: config says {expected!r}, checkpoint has {actual!r}")
+        if mismatches:
+            raise ValueError(f"{info.path}/config.json disagrees with the student config: " + "; ".join(mismatches))
+        if not info.has_tokenizer:
+            raise CheckpointError(f"{info.path}: no tokenizer files ({', '.join(TOKENIZER_FILES)})")
+        summary.update(path_checked=True, model_type=info.model_type, weight_files=len(info.weight_files), dense=dense)
+        counts = count_params_from_config(hf_config)
+    else:
+        if config.vocab_size is None:
+            raise ValueError("student.vocab_size must be set to count parameters without a tokenizer")
+        counts = count_params_from_config(config.to_hf_config())
+    summary["params"] = counts.to_dict()
+    return summary
 
 
 def save_student(model, tokenizer, out_dir: str | Path, config: StudentConfig | None = None) -> Path:

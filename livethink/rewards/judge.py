@@ -1,46 +1,23 @@
-"""The judge interface: ``score(task, completion) -> Verdict(correct, helpful, details)``.
+"""The judges and their factory: ``make_judge(config)`` picks one by ``name``.
 
-Two judges share it: ``RubricJudge`` (deterministic, from the task's reference and helpful facts; the default
-of the embedded setup) and ``LLMJudge`` (the LiveThinking rubric sent to any OpenAI-compatible endpoint, see
-``llm_judge.py``). ``make_judge(config)`` picks one by ``name``. The same judge filters teacher samples in
-stage 1 (keep C=1 ∧ H=1) and gives rewards in stage 2.
+Two judges share the interface of ``verdict.py`` (``score(task, completion) -> Verdict(correct, helpful,
+details)``): ``RubricJudge`` (deterministic, from the task's reference and helpful facts; the default of the
+embedded setup) and ``LLMJudge`` (the LiveThinking rubric sent to any OpenAI-compatible endpoint, see
+``llm_judge.py``). The same judge filters teacher samples in stage 1 (keep C=1 ∧ H=1) and gives rewards in
+stage 2.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from livethink.data.schema import Task
 from livethink.rewards.helpfulness import check_helpfulness
 from livethink.rewards.parse import Completion
+from livethink.rewards.verdict import Judge, Verdict
 
-
-@dataclass(frozen=True)
-class Verdict:
-    correct: bool
-    helpful: bool  # always False when not correct
-    details: dict[str, Any] = field(default_factory=dict)
-
-    @property
-    def error(self) -> str | None:
-        """Why the judge could not decide (endpoint down, unparsable answer), or None."""
-        return self.details.get("error")
-
-    @property
-    def accepted(self) -> bool:
-        """The RFT acceptance rule: C = 1 and H = 1."""
-        return self.correct and self.helpful
-
-
-@runtime_checkable
-class Judge(Protocol):
-    name: str
-
-    def score(self, task: Task, completion: Completion) -> Verdict: ...
-
-    def score_many(self, items: Sequence[tuple[Task, Completion]]) -> list[Verdict]: ...
+__all__ = ["JUDGES", "Judge", "RubricJudge", "Verdict", "make_judge"]
 
 
 class RubricJudge:

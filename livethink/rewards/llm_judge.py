@@ -32,8 +32,8 @@ import httpx
 
 from livethink.data.liveshop.questions import describe_answer
 from livethink.data.schema import Reference, Task
-from livethink.rewards.judge import Verdict
 from livethink.rewards.parse import Completion, parse_completion
+from livethink.rewards.verdict import Verdict
 
 RUBRIC = """You grade replies of a livestream shopping assistant. The assistant must answer the viewer using \
 only the product docs.

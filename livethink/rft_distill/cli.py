@@ -18,8 +18,7 @@ def dry_run(cfg) -> dict:
     """Check a config without a GPU: fields, files, the student's config and size, endpoint URLs."""
     from urllib.parse import urlparse
 
-    from livethink.models.loading import validate_student_config
-    from livethink.models.student import load_student_config
+    from livethink.models.student import load_student_config, validate_student_config
 
     problems: list[str] = []
     report: dict = {"teacher": cfg.teacher, "k": cfg.k, "judge": cfg.judge, "selection": cfg.selection,

@@ -76,7 +76,8 @@ def sample_teacher(cfg: RFTConfig, tasks: list[Task], samples_dir: Path) -> dict
     return summary.as_dict() if hasattr(summary, "as_dict") else dict(summary)
 
 
-def judge_and_select(cfg: RFTConfig, tasks: list[Task], samples_dir: Path, out_dir: Path):
+def judge_and_select(cfg: RFTConfig, tasks: list[Task], samples_dir: Path, out_dir: Path, write: bool = True):
+    """Judge every sample, keep C ∧ H, pick the SFT targets; ``write``: save them and the acceptance report."""
     from livethink.rewards.judge import make_judge
     from livethink.rft_distill.sampling import read_samples
 
@@ -87,6 +88,8 @@ def judge_and_select(cfg: RFTConfig, tasks: list[Task], samples_dir: Path, out_d
     records = (r for r in read_samples(samples_dir) if r["task_id"] in by_id)
     judged = judge_samples(records, by_id, make_judge(judge_cfg))
     selected, report = accept_and_select(judged, by_id, cfg.selection, cfg.seed)
+    if not write:
+        return selected, report
     with (out_dir / "accepted.jsonl").open("w", encoding="utf-8") as fh:
         for s in selected:
             fh.write(json.dumps({"task_id": s.task_id, "sample_index": s.sample_index, "completion": s.completion}) + "\n")
@@ -110,36 +113,45 @@ def acceptance_markdown(report: AcceptanceReport) -> str:
 
 
 def run_rft(cfg: RFTConfig) -> Path:
-    """Run stage 1 and return the directory of the fine-tuned student (``<output_dir>/final``)."""
-    from livethink.models.student import build_student, load_student_config, save_student
+    """Run stage 1 and return the directory of the fine-tuned student (``<output_dir>/final``).
+
+    A LoRA student (``lora:`` in the student YAML, the default for a pretrained one) also leaves its adapter in
+    ``<output_dir>/adapter`` (see ``livethink.models.export``). Both carry the reasoning format the student learnt
+    (``reasoning_format.json``). Under ``accelerate launch`` the main process prepares the data, the teacher samples,
+    the tokenizer and the selection first; the others then read them.
+    """
+    from livethink.models.export import ADAPTER_DIR, save_trained
+    from livethink.models.student import build_student, load_student_config
     from livethink.rft_distill.sft import sft_dataset, student_format, train_sft
 
     out_dir = Path(cfg.output_dir)
     final_dir = out_dir / "final"
     out_dir.mkdir(parents=True, exist_ok=True)
+    main = cfg.process_index == 0
     timings: dict[str, float] = {}
     start = time.perf_counter()
-    data_dir = ensure_data(cfg.data_dir, cfg.data_seed)
-    tasks = read_tasks(data_dir / "train.jsonl")
-    if cfg.n_prompts:
-        tasks = tasks[: cfg.n_prompts]
     student_cfg = load_student_config(cfg.student_config)
-    timings["data_s"] = time.perf_counter() - start
+    with cfg.main_process_first(local=False, desc="stage 1 data, teacher samples and selection"):
+        data_dir = ensure_data(cfg.data_dir, cfg.data_seed)
+        tasks = read_tasks(data_dir / "train.jsonl")
+        if cfg.n_prompts:
+            tasks = tasks[: cfg.n_prompts]
+        timings["data_s"] = time.perf_counter() - start
 
-    t = time.perf_counter()
-    samples_dir = Path(cfg.samples_dir or out_dir / "samples")
-    sampling_summary = sample_teacher(cfg, tasks, samples_dir)
-    timings["teacher_sampling_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        samples_dir = Path(cfg.samples_dir or out_dir / "samples")
+        sampling_summary = sample_teacher(cfg, tasks, samples_dir)
+        timings["teacher_sampling_s"] = time.perf_counter() - t
 
-    t = time.perf_counter()
-    tokenizer = None
-    if not student_cfg.pretrained:
-        tokenizer = ensure_tokenizer(cfg.tokenizer_dir, tasks, samples_dir, cfg.tokenizer_vocab_size)
-    timings["tokenizer_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        tokenizer = None
+        if not student_cfg.pretrained:
+            tokenizer = ensure_tokenizer(cfg.tokenizer_dir, tasks, samples_dir, cfg.tokenizer_vocab_size)
+        timings["tokenizer_s"] = time.perf_counter() - t
 
-    t = time.perf_counter()
-    selected, report = judge_and_select(cfg, tasks, samples_dir, out_dir)
-    timings["judge_s"] = time.perf_counter() - t
+        t = time.perf_counter()
+        selected, report = judge_and_select(cfg, tasks, samples_dir, out_dir, write=main)
+        timings["judge_s"] = time.perf_counter() - t
     logger.info("acceptance: %s", json.dumps({k: v for k, v in report.as_dict().items() if k != "unaccepted_prompts"}))
 
     t = time.perf_counter()
@@ -150,17 +162,22 @@ def run_rft(cfg: RFTConfig) -> Path:
         model, tokenizer = build_student(student_cfg, tokenizer)
         fmt = student_format(cfg.reasoning, tokenizer)
         logger.info("the student learns the reasoning format %s", fmt.describe())
-        peft_config = None
-        trainer = train_sft(model, tokenizer, sft_dataset(selected, by_id, fmt), cfg, peft_config)
-        model = trainer.model
-        if hasattr(model, "merge_and_unload"):
-            model = model.merge_and_unload()
-        save_student(model, tokenizer, final_dir, student_cfg)
-        fmt.save(final_dir)  # serving, eval and stage 2 read the delimiters from the checkpoint
+        trainer = train_sft(model, tokenizer, sft_dataset(selected, by_id, fmt), cfg)
+        saved = save_trained(trainer, out_dir, base=student_cfg.pretrained, dtype=student_cfg.dtype,
+                             config=student_cfg)
+        if trainer.accelerator.is_main_process:
+            for path in saved.values():  # serving, eval and stage 2 read the delimiters from the checkpoint
+                fmt.save(path)
+        if "adapter" in saved:
+            logger.info("LoRA student: adapter in %s (over %s), merged weights in %s", saved["adapter"],
+                        student_cfg.pretrained, final_dir)
         timings["sft_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - start
     summary = {"final_dir": str(final_dir), "sampling": sampling_summary, "acceptance": report.as_dict(),
                "timings": {k: round(v, 1) for k, v in timings.items()}}
+    if (out_dir / ADAPTER_DIR / "adapter_config.json").is_file():
+        summary.update(adapter_dir=str(out_dir / ADAPTER_DIR), adapter_base=student_cfg.pretrained)
     summary["acceptance"].pop("unaccepted_prompts", None)
-    (out_dir / "rft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    if main:
+        (out_dir / "rft_summary.json").write_text(json.dumps(summary, indent=2) + "\n")
     return final_dir

@@ -124,9 +124,18 @@ class StudentSFTTrainer(SFTTrainer):
 
 
 def train_sft(model, tokenizer, dataset: Dataset, args: SFTConfig, peft_config=None) -> SFTTrainer:
-    """Fine-tune; resumes from the newest checkpoint in ``args.output_dir`` if there is one."""
+    """Fine-tune; resumes from the newest checkpoint in ``args.output_dir`` if there is one.
+
+    A LoRA student (a ``peft.PeftModel``, or ``peft_config``) trains its adapters only, so it takes no
+    ``trainable_parameters``."""
     if getattr(args, "trainable_parameters", None):
+        from livethink.models.export import is_peft_model
         from livethink.models.freezing import train_only
+
+        if peft_config is not None or is_peft_model(model):
+            raise ValueError(f"trainable_parameters {args.trainable_parameters} and a LoRA student exclude each "
+                             "other: LoRA trains its adapters only (set lora: null in the student YAML, or drop "
+                             "trainable_parameters)")
 
         trainable = train_only(model, args.trainable_parameters)
         logger.info("training %d of %d parameter tensors", len(trainable), len(list(model.parameters())))
