@@ -60,7 +60,7 @@ def serve_report(config_path: str) -> list[str]:
     for name, spec in config.models.items():
         path = spec.path or config.models[spec.base].path
         try:
-            fmt, source = resolve(spec.reasoning, load_tokenizer_for(path), path)
+            fmt, source = resolve(spec.reasoning, load_tokenizer_for(path), spec.lora, path)
             lines.append(f"model {name:<6} {path}: reasoning {fmt.describe()} ({source})")
         except Exception as exc:  # noqa: BLE001 - report, don't crash: doctor is a diagnosis
             lines.append(f"model {name:<6} {path}: cannot read ({type(exc).__name__}: {exc})")

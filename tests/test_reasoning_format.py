@@ -73,6 +73,16 @@ def test_resolution_order(tmp_path):
     assert json.loads((tmp_path / FORMAT_FILE).read_text()) == {"start": "<seed:think>", "end": "</seed:think>"}
     assert resolve("auto", tok, tmp_path)[0] == SEED  # the checkpoint's own file beats the tokenizer
     assert resolve("auto", tok, tmp_path / "missing")[0] == THINK
+    assert resolve("auto", None, None, tmp_path / "missing")[0] == NONE
+
+
+def test_an_adapter_carries_the_format_its_base_lacks(tmp_path):
+    adapter, base = tmp_path / "adapter", tmp_path / "base"
+    adapter.mkdir(), base.mkdir()
+    THINK.save(adapter)
+    fmt, source = resolve("auto", _Tok({"hello": 1}), adapter, base)
+    assert fmt == THINK and str(adapter) in source
+    assert resolve("auto", _Tok({"hello": 1}), base)[0] == NONE
 
 
 def test_parse_with_multi_token_and_no_delimiters():

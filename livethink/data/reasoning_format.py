@@ -130,12 +130,16 @@ def detect(tokenizer: Any) -> tuple[ReasoningFormat, str]:
     return NONE, "no reasoning delimiters in the tokenizer or its chat template"
 
 
-def resolve(setting: Any, tokenizer: Any = None, checkpoint: str | Path | None = None) -> tuple[ReasoningFormat, str]:
-    """The format of a model (see the module docstring for the order) and where it came from."""
+def resolve(setting: Any, tokenizer: Any = None, *checkpoints: str | Path | None) -> tuple[ReasoningFormat, str]:
+    """The format of a model (see the module docstring for the order) and where it came from.
+
+    ``checkpoints`` are searched in order for ``reasoning_format.json``: pass a LoRA adapter before its base, since a
+    trained adapter over a released base carries the format the base lacks."""
     configured = parse_setting(setting)
     if configured is not None:
         return configured, "set in the config"
-    saved = saved_format(checkpoint)
-    if saved is not None:
-        return saved, f"{FORMAT_FILE} in the checkpoint"
+    for checkpoint in checkpoints:
+        saved = saved_format(checkpoint)
+        if saved is not None:
+            return saved, f"{FORMAT_FILE} in {checkpoint}"
     return detect(tokenizer)

@@ -120,7 +120,7 @@ class TransformersEngine:
 
             model = PeftModel.from_pretrained(model, self.lora_path).merge_and_unload()
         self.model = model.to(self.device).eval()
-        self.reasoning_format, why = resolve(self.reasoning, self.tokenizer, self.path)
+        self.reasoning_format, why = resolve(self.reasoning, self.tokenizer, self.lora_path, self.path)
         log.info("%s: reasoning format %s (%s)", self.name, self.reasoning_format.describe(), why)
         fmt = self.reasoning_format
         self._close_id = single_token_id(self.tokenizer, fmt.end)

@@ -131,7 +131,8 @@ class VLLMEngine:
         if kv is not None:
             os.environ["VLLM_CPU_KVCACHE_SPACE"] = kv
         self._tokenizer = AutoTokenizer.from_pretrained(self.base_path)
-        fmt, why = resolve(s.reasoning, self._tokenizer, self.base_path)
+        # the adapters' formats first: LoRA variants trained by livethink over a released base carry theirs
+        fmt, why = resolve(s.reasoning, self._tokenizer, *sorted(p for p in self.variants.values() if p), self.base_path)
         self.reasoning_format = fmt
         self._close_id = single_token_id(self._tokenizer, fmt.end)
         self._open_id = single_token_id(self._tokenizer, fmt.start)
