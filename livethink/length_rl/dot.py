@@ -1,4 +1,4 @@
-"""DOT: Dynamic Outlier Truncation and Predictive Dynamic Sampling (arXiv 2601.03969, ``notes/algorithms.md`` §3).
+"""DOT: Dynamic Outlier Truncation and Predictive Dynamic Sampling (arXiv 2601.03969).
 
 Per rollout group (rows laid out group after group, G per prompt), following ``U-rara/DOT``
 ``projects/dot/length_truncation.py``:

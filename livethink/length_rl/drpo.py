@@ -1,4 +1,4 @@
-"""DRPO: Decoupled Reward Policy Optimization (arXiv 2510.04474, ``notes/algorithms.md`` §2).
+"""DRPO: Decoupled Reward Policy Optimization (arXiv 2510.04474).
 
 Following ``Optimization-AI/DRPO`` ``compute_policy_loss_drpo``; rows come group after group (G per prompt):
 

@@ -1,6 +1,6 @@
 """Length terms of the variants' rewards (tensors in, tensors out), chosen by name from ``LENGTH_REWARDS``.
 
-- ``band`` (LiveThinking, §1): r_len = max(0, 1 − d/ε), d the distance of L outside [λ_low·L_ref, λ_up·L_ref].
+- ``band`` (LiveThinking, arXiv 2510.07685): r_len = max(0, 1 − d/ε), d the distance of L outside [λ_low·L_ref, λ_up·L_ref].
   The math is the rewards package's ``band_reward`` (one implementation), applied element-wise.
 - ``length_penalty`` (the naive baseline): r = C − α·L/L_max, ungated (a long wrong reply is penalised too).
 - ``linear`` (DRPO's r_l): r_l = 1 − L/C with C the maximum generation length.

@@ -1,6 +1,6 @@
 """SIRI length schedules: the completion cap L(t) over training steps, and the phase boundaries.
 
-SIRI (arXiv 2509.25176, ``notes/algorithms.md`` §4) alternates a *compression* phase (the cap falls from
+SIRI (arXiv 2509.25176) alternates a *compression* phase (the cap falls from
 L_max to L_min) and an *expansion* phase (it rises back) in cycles of T steps:
 
 - ``cosine``:        L(t) = (L_max+L_min)/2 + (L_max−L_min)/2 · cos(2πt/T)
