@@ -3,7 +3,7 @@ would try) trained from the same RFT student with the same budget (steps, prompt
 completion cap, learning rate), once per stage-2 seed, then evaluated on the held-out test split with the eval
 harness (greedy, rubric judge).
 
-    .venv/bin/python benchmarks/compression.py --seeds 0,1,2 [--rft runs/tiny/rft/final] [--variants band,dot]
+    .venv/bin/python benchmarks/compression.py --seeds 0,1,2 --jobs 2 [--rft runs/tiny/rft/final] [--variants band,dot]
 
 The seeds are stage-2 seeds (GRPO sampling and data order) on one RFT draw: every run starts from the same student,
 so a method's spread over seeds is its own, and its deltas are against one fixed reference. (Several RFT draws
@@ -465,7 +465,10 @@ def parse(argv: list[str] | None):
     p.add_argument("--calculator", action=argparse.BooleanOptionalAction, default=True,
                    help="calculator-assisted decoding in training rollouts and evaluation (livethink.calculator)")
     p.add_argument("--eval-midpoint", action=argparse.BooleanOptionalAction, default=True,
-                   help="also evaluate each run's checkpoint halfway (VARIANT@STEP; SIRI's phases play that role)")
+                   help="also evaluate each baseline run's checkpoint halfway (VARIANT@STEP): the baseline's curve "
+                        "for the comparisons at equal tokens")
+    p.add_argument("--jobs", type=int, default=1,
+                   help="runs (training + its evaluations) at a time, each with --threads threads")
     p.add_argument("--latency-probes", type=int, default=0)
     p.add_argument("--timing-steps", type=int, default=3, help="GRPO steps timed with transformers rollouts (0 = skip)")
     p.add_argument("--threads", type=int, default=1, help="torch/OpenMP threads per process (1 on a shared box)")
@@ -498,6 +501,9 @@ def rebuild_report(out: Path) -> int:
         print(f"no {path} to rebuild: run the benchmark first", file=sys.stderr)
         return 2
     report = json.loads(path.read_text())
+    if "per_seed" not in report:
+        print(f"{path} has no per-seed rows (written before --seeds): run the benchmark again", file=sys.stderr)
+        return 2
     report.update(analyse(report["per_seed"], report["rows"][0]))
     write_outputs(report, out)
     print(markdown(report))
@@ -544,32 +550,41 @@ def main(argv: list[str] | None = None) -> int:
     rft_o = evaluate(args.rft, "rft")["overall"]
     if not args.siri_l_min:
         args.siri_l_min = max(8, min(args.max_completion_length, round(0.4 * rft_o["total_tokens"])))
-    per_seed: list[dict[str, Any]] = []
-    for seed in args.seeds:
-        for variant in variants:
-            out_dir = runs / variant / f"seed{seed}"
-            if not args.resume:  # a finished run from an older RFT student would otherwise be reused as is
-                shutil.rmtree(out_dir, ignore_errors=True)
-            wall = run(grpo_cmd(args, variant, out_dir, args.steps, args.rollouts, seed), out_dir / "train.log", env)
-            summary = train_summary(read_metrics(out_dir))
-            print(f"[{(time.perf_counter() - start) / 60:5.1f} min] trained {variant} seed {seed}: {wall / 60:.1f} min, "
-                  f"{json.dumps(summary.get('last3_mean'))}", flush=True)
-            models = [(out_dir / "final", variant, "variant")]
-            if variant == "siri":  # SIRI-low (end of compression) and SIRI-high (end of expansion = final)
-                models = [(out_dir / "phases" / "compression-1", "siri-low", "variant"),
-                          (out_dir / "final", "siri-high", "variant")]
-            elif args.eval_midpoint and args.steps >= 2:  # the same run halfway: where on the way quality goes
-                models.insert(0, (out_dir / f"checkpoint-{args.steps // 2}", f"{variant}@{args.steps // 2}", "midpoint"))
-            for model, name, kind in models:
-                key = f"{name}.seed{seed}"
-                o = evaluate(model, key)["overall"]
-                final = kind == "variant"
-                per_seed.append({"name": name, "kind": kind, "variant": variant, "seed": seed, "eval": key,
-                                 "tokens": o["total_tokens"], "correctness": o["correctness"],
-                                 "helpfulness": o["helpfulness"], "truncated_rate": o["truncated_rate"],
-                                 "train_wall_min": round(wall / 60, 1) if final else "-",
-                                 "step_time_mean_s": summary.get("step_time_mean_s") if final else "-",
-                                 "train": summary if final else {}})
+    def train_and_evaluate(seed: int, variant: str) -> list[dict[str, Any]]:
+        out_dir = runs / variant / f"seed{seed}"
+        if not args.resume:  # a finished run from an older RFT student would otherwise be reused as is
+            shutil.rmtree(out_dir, ignore_errors=True)
+        wall = run(grpo_cmd(args, variant, out_dir, args.steps, args.rollouts, seed), out_dir / "train.log", env)
+        summary = train_summary(read_metrics(out_dir))
+        print(f"[{(time.perf_counter() - start) / 60:5.1f} min] trained {variant} seed {seed}: {wall / 60:.1f} min, "
+              f"{json.dumps(summary.get('last3_mean'))}", flush=True)
+        models = [(out_dir / "final", variant, "variant")]
+        if variant == "siri":  # SIRI-low (end of compression) and SIRI-high (end of expansion = final)
+            models = [(out_dir / "phases" / "compression-1", "siri-low", "variant"),
+                      (out_dir / "final", "siri-high", "variant")]
+        elif args.eval_midpoint and args.steps >= 2 and variant in BASELINES:  # the baseline's curve, halfway
+            models.insert(0, (out_dir / f"checkpoint-{args.steps // 2}", f"{variant}@{args.steps // 2}", "midpoint"))
+        rows = []
+        for model, name, kind in models:
+            key = f"{name}.seed{seed}"
+            o = evaluate(model, key)["overall"]
+            final = kind == "variant"
+            rows.append({"name": name, "kind": kind, "variant": variant, "seed": seed, "eval": key,
+                         "tokens": o["total_tokens"], "correctness": o["correctness"],
+                         "helpfulness": o["helpfulness"], "truncated_rate": o["truncated_rate"],
+                         "train_wall_min": round(wall / 60, 1) if final else "-",
+                         "step_time_mean_s": summary.get("step_time_mean_s") if final else "-",
+                         "train": summary if final else {}})
+        return rows
+
+    jobs = [(seed, variant) for seed in args.seeds for variant in variants]
+    if args.jobs > 1:  # each run is its own processes; the threads only wait on them
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(args.jobs) as pool:
+            per_seed = [row for rows in pool.map(lambda job: train_and_evaluate(*job), jobs) for row in rows]
+    else:
+        per_seed = [row for job in jobs for row in train_and_evaluate(*job)]
 
     timing: dict[str, Any] = {}
     if args.timing_steps:

@@ -89,6 +89,7 @@ def test_seeds_argument():
         with pytest.raises(argparse.ArgumentTypeError):
             bench.parse_seeds(bad)
     assert bench.parse([]).eval_midpoint is True and bench.parse(["--no-eval-midpoint"]).eval_midpoint is False
+    assert bench.parse([]).jobs == 1 and bench.parse(["--jobs", "2"]).jobs == 2
     assert set(bench.VARIANTS) == {"band", "siri", "dot", "drpo", "length_penalty", "gdpo", "dapo_overlong", "cosine",
                                    "dler"}
     root = Path(__file__).resolve().parents[1]
@@ -115,6 +116,9 @@ def test_report_only_redoes_the_analysis_of_a_finished_run(tmp_path):
     assert "## Best livethink variant: band (target met on 1 of 3 seeds)" in md
     assert (tmp_path / "compression_pareto.png").stat().st_size > 0
     assert bench.main(["--report-only", "--out", str(tmp_path / "none")]) == 2
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "compression.json").write_text(json.dumps({"meta": META, "rows": [RFT]}))
+    assert bench.main(["--report-only", "--out", str(tmp_path / "old")]) == 2  # a report from before --seeds
 
 
 def test_paired_deltas_match_tasks_by_id():

@@ -261,3 +261,20 @@ def test_registry():
     assert get_variant("drpo").loss == "drpo"
     with pytest.raises(ValueError, match="unknown variant 'ppo'.*band.*baseline \\(= band\\)"):
         get_variant("ppo")
+
+
+def test_every_variant_module_registers_itself_and_the_trainer_names_none():
+    import ast
+    import pkgutil
+    from pathlib import Path
+
+    from livethink.length_rl import trainer, variants
+
+    modules = {m.name for m in pkgutil.iter_modules(variants.__path__)}
+    assert modules == {cls.__module__.rsplit(".", 1)[1] for cls in VARIANTS.values()}  # discovered by import alone
+    tree = ast.parse(Path(trainer.__file__).read_text())
+    strings = {n.value for n in ast.walk(tree) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
+    attributes = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    names = set(VARIANTS) | {"baseline"}
+    assert not names & strings
+    assert not [a for a in attributes for v in names if a == v or a.startswith(f"{v}_")]  # no variant options either
