@@ -91,10 +91,11 @@ _IN_CHUNK = 500
 
 @dataclass(frozen=True)
 class Ack:
-    """Acknowledgement of one event: durably committed now (``stored``) or earlier (``duplicate``)."""
+    """Acknowledgement of one event: durably committed now (``stored``) or earlier (``duplicate``), or, while
+    the store is down, fsynced to the writer's local spool for replay (``spooled``)."""
 
     event_id: str
-    status: Literal["stored", "duplicate", "conflict"]
+    status: Literal["stored", "duplicate", "conflict", "spooled"]
 
 
 def normalize_url(url: str | Path) -> str:
@@ -148,7 +149,9 @@ class EventStore:
             self.engine = self._sqlite_engine("BEGIN IMMEDIATE", synchronous, busy_timeout_s)
             self.read_engine = self._sqlite_engine("BEGIN", synchronous, busy_timeout_s)
         else:
-            self.engine = create_engine(self.url, pool_pre_ping=True)
+            # pre-ping: a connection dropped by a server restart is replaced at checkout, not failed on use
+            connect_args = {"connect_timeout": 5} if self.dialect == "postgresql" else {}
+            self.engine = create_engine(self.url, pool_pre_ping=True, connect_args=connect_args)
             self.read_engine = self.engine
         metadata.create_all(self.engine)
         self._lock = threading.Lock()

@@ -15,6 +15,7 @@ import pytest
 
 from livethink.ab_test.pg_cluster import LocalPostgres, PostgresUnavailable
 
+
 @pytest.fixture(scope="session")
 def pg() -> Iterator[LocalPostgres]:
     """A cluster on a free loopback port (its files in a fresh /tmp dir the ``postgres`` user can reach)."""
