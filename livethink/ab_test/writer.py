@@ -235,7 +235,9 @@ class BatchWriter:
         """Keep an event the store refused on replay (never dropped silently): ``<spool root>/conflicts.jsonl``."""
         assert self.spool is not None
         self.replay_conflicts += 1
-        log.error("A/B spool replay: event %s refused (%s); kept in conflicts.jsonl", event.get("event_id"), reason)
+        log.error(
+            "A/B spool replay: event %s refused (%s); kept in conflicts.jsonl", event.get("event_id"), reason
+        )
         with (self.spool.root / "conflicts.jsonl").open("a") as f:
             f.write(json.dumps({"reason": reason, "event": event}) + "\n")
 
@@ -288,7 +290,6 @@ class BatchWriter:
         for loop, items in by_loop.items():
             with contextlib.suppress(RuntimeError):  # loop closed: nobody is waiting any more
                 loop.call_soon_threadsafe(_resolve, items)
-
 
     def _spool_acks(self, events: list[AnyEvent]) -> list[Ack]:
         """The events are already in the spool: make them durable (fsync) and acknowledge them ``spooled``."""
