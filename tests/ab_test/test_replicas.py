@@ -8,6 +8,7 @@ engine takes 25-40 s per replica on this CPU, and what is under test here is the
 
 from __future__ import annotations
 
+import collections
 import hashlib
 import threading
 import time
@@ -42,7 +43,7 @@ class Load(threading.Thread):
         self.stop = threading.Event()
         self.replies: list[tuple[float, str, str, str, str]] = []  # (time, viewer, arm, request_id, replica)
         self.outcomes: list[str] = []  # acknowledged outcome ids
-        self.failures = 0
+        self.failures: collections.Counter[str] = collections.Counter()  # unacknowledged requests, by cause
 
     def run(self) -> None:
         with httpx.Client(timeout=30) as client:
@@ -57,7 +58,7 @@ class Load(threading.Thread):
                         self.replies.append((time.monotonic(), viewer, d["arm"], d["request_id"],
                                              r.headers.get("x-livethink-replica", "?")))  # fmt: skip
                     else:
-                        self.failures += 1
+                        self.failures[f"reply {r.status_code}"] += 1
                     if i % 3 == 0:
                         oid = f"{self.name}-o{i}"
                         o = client.post(f"{self.url}/v1/ab/outcomes", json={
@@ -65,9 +66,9 @@ class Load(threading.Thread):
                         if o.status_code == 200 and o.json()["status"] in ("stored", "duplicate", "spooled"):
                             self.outcomes.append(oid)
                         else:
-                            self.failures += 1
-                except httpx.HTTPError:
-                    self.failures += 1  # e.g. the request that was on the killed replica: not acknowledged
+                            self.failures[f"outcome {o.status_code}"] += 1
+                except httpx.HTTPError as exc:  # e.g. a request on the killed replica: not acknowledged
+                    self.failures[type(exc).__name__] += 1
                 i += 1
 
 
@@ -93,17 +94,19 @@ def test_kill_9_of_a_replica_mid_load(store_url: str, tmp_path: Path) -> None:
         "auth": {"api_key_env": None, "admin_key_env": None},
         "experiment": {"file": str(exp)},
     }
+    t0 = time.monotonic()
     with ReplicaSet(config, 2, tmp_path / "set", store=store, env={"OMP_NUM_THREADS": "1"}) as rs:
+        started = time.monotonic() - t0
         loads = [Load(rs.url, f"c{k}") for k in range(3)]
         for load in loads:
             load.start()
         try:
-            assert _wait(lambda: sum(len(x.replies) for x in loads) >= 30, 120)
+            assert _wait(lambda: sum(len(x.replies) for x in loads) >= 15, 120)
             rs.kill(0)  # mid-load: requests are in flight on it
             killed_at = time.monotonic()
             n = sum(len(x.replies) for x in loads)
-            assert _wait(lambda: sum(len(x.replies) for x in loads) >= n + 20, 60), "the survivor stopped serving"
-            rs.restart(0)
+            assert _wait(lambda: sum(len(x.replies) for x in loads) >= n + 10, 60), "the survivor stopped serving"
+            restart_s = rs.restart(0)
             restarted_at = time.monotonic()
             assert _wait(lambda: any(t > restarted_at and rep == "r0" for x in loads for t, *_, rep in x.replies),
                          60), "the restarted replica got no traffic"  # fmt: skip
@@ -141,5 +144,6 @@ def test_kill_9_of_a_replica_mid_load(store_url: str, tmp_path: Path) -> None:
         stored_outcomes = st.fetch("replicas_ab", "outcome", ["viewer_id"])
         assert len(stored_outcomes) >= len(set(outcomes))
     assert not list((tmp_path / "set" / "spool").rglob("seg-*.jsonl")), "a spool was left unreplayed"
-    print(f"replies {len(replies)} ({len(after_kill)} while r0 was down), outcomes {len(outcomes)}, "
-          f"failed requests {sum(x.failures for x in loads)}")
+    failures = sum((x.failures for x in loads), collections.Counter())
+    print(f"set up in {started:.1f} s, restart in {restart_s:.1f} s; replies {len(replies)} ({len(after_kill)} "
+          f"while r0 was down), outcomes {len(outcomes)}, unacknowledged requests {dict(failures)}")
