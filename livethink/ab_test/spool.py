@@ -65,11 +65,13 @@ class Spool:
         self.root.mkdir(parents=True, exist_ok=True)
         self.max_bytes = max_bytes
         self.segment_bytes = segment_bytes
-        self.dir = self.root / f"{socket.gethostname()}-{os.getpid()}-{time.time_ns() % 10**9}"
-        self.dir.mkdir()
-        fd = _lock(self.dir)
+        name = f"{socket.gethostname()}-{os.getpid()}-{time.time_ns() % 10**9}"
+        staging = self.root / f".{name}"  # locked before it gets a name other processes look at
+        staging.mkdir()
+        fd = _lock(staging)
         if fd is None:  # pragma: no cover - a fresh, unique directory
-            raise RuntimeError(f"spool: cannot lock {self.dir}")
+            raise RuntimeError(f"spool: cannot lock {staging}")
+        self.dir = staging.rename(self.root / name)
         self._lock_fd = fd
         self._mutex = threading.Lock()
         self.seq = 0
@@ -82,7 +84,7 @@ class Spool:
 
     # -- files -------------------------------------------------------------------------------------------
     def _adopt_orphans(self) -> None:
-        for d in sorted(p for p in self.root.iterdir() if p.is_dir() and p != self.dir):
+        for d in sorted(p for p in self.root.iterdir() if p.is_dir() and p != self.dir and p.name[0] != "."):
             fd = _lock(d) if (d / "LOCK").exists() else None
             if fd is None:
                 continue  # alive (or not a spool directory)

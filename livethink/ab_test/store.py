@@ -301,6 +301,8 @@ class EventStore:
                 rows[ev.event_id] = row
             elif seen["digest"] != row["digest"]:
                 status[ev.event_id] = "conflict"
+        if self.dialect == "postgresql":
+            return self._append_postgres(parsed, rows, status, on_conflict)
         ids = list(rows)
         with self._lock, self.engine.begin() as conn:
             existing: dict[str, str] = {}
@@ -322,6 +324,44 @@ class EventStore:
                 params = [tuple(r[k] for k in keys) if positional else r for r in new_rows]
                 conn.exec_driver_sql(sql, params)  # executemany; skips per-row type processing
         return [Ack(ev.event_id, status.get(ev.event_id, "stored")) for ev in parsed]  # type: ignore[arg-type]
+
+    def _append_postgres(
+        self, parsed: list[AnyEvent], rows: dict[str, dict[str, Any]], status: dict[str, str], on_conflict: str
+    ) -> list[Ack]:
+        """PostgreSQL: insert first (one ``INSERT ... SELECT FROM unnest(arrays) ON CONFLICT DO NOTHING RETURNING``
+        per 5,000 rows: a round trip per batch, not per row), then classify only the ids it skipped."""
+        if on_conflict == "raise" and "conflict" in status.values():
+            raise EventConflictError([eid for eid, s in status.items() if s == "conflict"])
+        cand = [r for eid, r in rows.items() if eid not in status]
+        sql, cols = self._pg_unnest_sql
+        with self._lock, self.engine.begin() as conn:
+            inserted: set[str] = set()
+            for k in range(0, len(cand), 5000):
+                part = cand[k : k + 5000]
+                res = conn.exec_driver_sql(sql, tuple([r[c] for r in part] for c in cols))
+                inserted.update(x[0] for x in res)
+            skipped = [r["event_id"] for r in cand if r["event_id"] not in inserted]
+            for k in range(0, len(skipped), _IN_CHUNK):
+                q = select(events_table.c.event_id, events_table.c.digest).where(
+                    events_table.c.event_id.in_(skipped[k : k + _IN_CHUNK])
+                )
+                for eid, digest in conn.execute(q).tuples():
+                    status[eid] = "duplicate" if digest == rows[eid]["digest"] else "conflict"
+            conflicts = [eid for eid, s in status.items() if s == "conflict"]
+            if conflicts and on_conflict == "raise":
+                raise EventConflictError(conflicts)  # rolls back: nothing written
+        return [Ack(ev.event_id, status.get(ev.event_id, "stored")) for ev in parsed]  # type: ignore[arg-type]
+
+    @functools.cached_property
+    def _pg_unnest_sql(self) -> tuple[str, tuple[str, ...]]:
+        pg_types = {String: "varchar", Text: "text", Float: "float8", Integer: "int4", Boolean: "bool"}
+        cols = tuple(c.name for c in events_table.columns)
+        arrays = ", ".join(f"%s::{pg_types[type(c.type)]}[]" for c in events_table.columns)
+        sql = (
+            f"INSERT INTO {events_table.name} ({', '.join(cols)}) SELECT * FROM unnest({arrays}) "
+            "ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
+        )
+        return sql, cols
 
     @functools.cached_property
     def _insert_sql(self) -> tuple[str, tuple[str, ...], bool]:
