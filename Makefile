@@ -63,7 +63,7 @@ SERVE_CONFIG ?= configs/tiny/serve.yaml
 EXPERIMENTS  ?= configs/ab/drpo_vs_rft.yaml
 replicas: install postgres haproxy
 	$(PY) -m livethink.replicas --config $(SERVE_CONFIG) --replicas $(REPLICAS) --port $(PORT) \
-	  --set experiment.file=$(EXPERIMENTS) $(if $(STORE),--store $(STORE),) $(REPLICA_ARGS)
+	  --experiments $(EXPERIMENTS) $(if $(STORE),--store $(STORE),) $(REPLICA_ARGS)
 
 demo: install
 	$(PY) -m livethink.demo_job $(if $(filter 1,$(QUICK)),--quick,) $(DEMO_ARGS)

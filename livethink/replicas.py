@@ -1,7 +1,7 @@
 """A local replica set: N ``livethink serve`` processes behind HAProxy, sharing one A/B event store.
 
     python -m livethink.replicas --config configs/tiny/serve.yaml --replicas 2 --port 8000 \
-        --set experiment.file=configs/ab/drpo_vs_rft.yaml [--store postgresql+psycopg://user@host/db]
+        --experiments configs/ab/drpo_vs_rft.yaml [--store postgresql+psycopg://user@host/db]
 
 Without ``--store`` a throwaway PostgreSQL cluster is started under ``--workdir`` (``initdb`` + ``pg_ctl`` on a
 free loopback port; Debian's ``postgresql`` package). Each replica gets its own loopback port and log under
@@ -172,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--config", required=True, help="serve YAML (e.g. configs/tiny/serve.yaml)")
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--port", type=int, default=8000, help="HAProxy's port on 127.0.0.1")
+    ap.add_argument("--experiments", help="A/B experiments YAML (default: the config's experiment.file)")
     ap.add_argument("--store", help="shared A/B store URL (default: a throwaway local PostgreSQL cluster)")
     ap.add_argument("--workdir", default="runs/replicas", help="logs, spool, rendered configs, the cluster")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
@@ -182,13 +183,16 @@ def main(argv: list[str] | None = None) -> int:
     from livethink.serve.config import ConfigError, load_config
 
     try:
-        config = load_config(args.config, _parse_sets(args.set)).model_dump(mode="json")
+        overrides = _parse_sets(args.set)
+        if args.experiments:
+            overrides["experiment"] = {"file": args.experiments}
+        config = load_config(args.config, overrides).model_dump(mode="json")
     except (ConfigError, ValueError) as exc:
         print(f"livethink replicas: invalid config: {exc}", file=sys.stderr)
         return 2
     if not config.get("experiment"):
-        print("livethink replicas: the config has no experiment (set experiment.file): replicas share the A/B "
-              "store, so one is needed", file=sys.stderr)  # fmt: skip
+        print("livethink replicas: the config has no experiment (pass --experiments FILE): replicas share the "
+              "A/B store, so one is needed", file=sys.stderr)  # fmt: skip
         return 2
     workdir = Path(args.workdir).resolve()
     pg = None
