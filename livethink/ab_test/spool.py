@@ -192,7 +192,6 @@ class Spool:
         with self._mutex:
             nbytes = self.nbytes
             return {
-                "dir": str(self.dir),
                 "bytes": nbytes,
                 "max_bytes": self.max_bytes,
                 "segments": len(self.closed) + (1 if self.active.nbytes else 0),
