@@ -139,3 +139,56 @@ def test_clean_close_leaves_no_spool_files(tmp_path: Path) -> None:
     assert not spool.dir.exists() and not list((tmp_path / "spool").iterdir())
     assert store.count("e1") == 300
     store.close()
+
+
+DYING_WRITER = r"""
+import os, sys, time
+from livethink.ab_test.spool import Spool
+from livethink.ab_test.store import EventStore
+from livethink.ab_test.writer import BatchWriter
+
+store = EventStore(sys.argv[1])  # the experiment is registered by the test
+writer = BatchWriter(store, spool=Spool(sys.argv[2]), probe_interval_s=0.2)
+if sys.argv[3] == "down":  # fault injection: every commit fails, so the writer spools
+    store.append = lambda *a, **k: (_ for _ in ()).throw(ConnectionError("store down"))
+for i in range(200):
+    ev = {"kind": "outcome", "event_id": f"d{i}", "experiment": "e1", "viewer_id": f"v{i}", "type": "click",
+          "ts": time.time()}
+    fut = writer.submit(ev)  # written ahead to the spool before submit returns
+    if i == 99:
+        fut.result(30)  # the first half acknowledged; the rest is killed in flight
+print("SUBMITTED", writer.state()["spooled_events"], flush=True)
+os.kill(os.getpid(), 9)
+"""
+
+
+@pytest.mark.parametrize("store_state", ["up", "down"])
+def test_a_restarted_process_replays_a_killed_ones_spool(
+    store_url: str, tmp_path: Path, store_state: str
+) -> None:
+    """kill -9 right after submitting (store up: some events not yet committed; store down: all spooled):
+    the next process that opens a spool under the same root adopts the dead one's and stores every event."""
+    import subprocess
+    import sys
+
+    with EventStore(store_url) as st:
+        st.register_experiment(EXP)
+    script = tmp_path / "dying.py"
+    script.write_text(DYING_WRITER)
+    proc = subprocess.run([sys.executable, str(script), store_url, str(tmp_path / "spool"), store_state],
+                          capture_output=True, text=True, timeout=120, cwd=Path(__file__).resolve().parents[2])  # fmt: skip
+    assert proc.returncode == -9 and "SUBMITTED" in proc.stdout, proc.stderr[-2000:]
+    if store_state == "down":
+        assert int(proc.stdout.split()[-1]) >= 100  # acknowledged from the spool, never reached the store
+        with EventStore(store_url) as st:
+            assert st.count("e1") == 0
+    store = EventStore(store_url)
+    writer = BatchWriter(store, spool=Spool(tmp_path / "spool"), probe_interval_s=0.1)
+    try:
+        assert _wait(lambda: not writer._dirty, 30), writer.state()
+        ids = [f"d{i}" for i in range(200)]
+        _stored_once(store, ids)
+    finally:
+        writer.close()
+        store.close()
+    assert not list((tmp_path / "spool").rglob("seg-*.jsonl")) and not list((tmp_path / "spool").iterdir())
