@@ -69,10 +69,10 @@ class CPU:
         self.groups = groups
 
     @staticmethod
-    def _tree_cpu(pid: int) -> float:
+    def _tree_cpu(pid: int, children: bool = True) -> float:
         try:
             p = psutil.Process(pid)
-            procs = [p, *p.children(recursive=True)]
+            procs = [p, *p.children(recursive=True)] if children else [p]
         except psutil.NoSuchProcess:
             return 0.0
         total = 0.0
@@ -85,7 +85,8 @@ class CPU:
         return total
 
     def snapshot(self) -> dict[str, float]:
-        return {g: sum(self._tree_cpu(pid) for pid in pids) for g, pids in self.groups.items()}
+        own = psutil.Process().pid  # the load generator: this process alone (the replicas are its children)
+        return {g: sum(self._tree_cpu(pid, pid != own) for pid in pids) for g, pids in self.groups.items()}
 
 
 async def open_loop(
@@ -152,6 +153,8 @@ def sweep(n: int, args: argparse.Namespace, student: Path, store: str, pg_pid: i
             "load_generator": [psutil.Process().pid],
         }
         meter = CPU(groups)
+        # warm-up (not counted): the first requests of a fresh engine are slow (lazy set-up, first prefills)
+        asyncio.run(open_loop(rs.url, args.rates[0], args.warmup, args.deadline_ms, seed=99 * n))
         rows = []
         for k, rate in enumerate(args.rates):
             before, w0 = meter.snapshot(), time.monotonic()
@@ -180,6 +183,7 @@ def main() -> None:
     ap.add_argument("--duration", type=float, default=15.0)
     ap.add_argument("--deadline-ms", type=int, default=1000)
     ap.add_argument("--hit-rate", type=float, default=0.99)
+    ap.add_argument("--warmup", type=float, default=8.0, help="seconds of uncounted load at the lowest rate")
     ap.add_argument("--model", type=Path)
     args = ap.parse_args()
     args.rates = [float(x) for x in args.rates.split(",")]
@@ -200,7 +204,7 @@ def main() -> None:
            f"{','.join(f'{r:g}' for r in args.rates)} --duration {args.duration:g} --deadline-ms {args.deadline_ms}`")  # fmt: skip
     md = ["# One replica vs two (HAProxy, shared PostgreSQL A/B store)", "", cmd, "",
           f"Engine {args.engine}, {data['student']}, deadline {args.deadline_ms} ms by the client's clock, open-loop "
-          f"Poisson arrivals for {args.duration:g} s per rate; every request is in the experiment (exposure + "
+          f"Poisson arrivals for {args.duration:g} s per rate after {args.warmup:g} s of uncounted warm-up; every request is in the experiment (exposure + "
           f"response events into PostgreSQL). Sustainable = highest rate with ≥ {args.hit_rate:.0%} of all requests "
           f"answered within the deadline. Machine: {data['machine']['cpus']} cores, shared with other work while "
           f"this ran (1-min load average at the end: {data['machine']['load_average_1m_at_end']}).", "",
