@@ -61,8 +61,15 @@ class Load(threading.Thread):
                         self.failures[f"reply {r.status_code}"] += 1
                     if i % 3 == 0:
                         oid = f"{self.name}-o{i}"
-                        o = client.post(f"{self.url}/v1/ab/outcomes", json={
-                            "event_id": oid, "viewer_id": viewer, "experiment": "replicas_ab", "type": "click"})
+                        o = client.post(
+                            f"{self.url}/v1/ab/outcomes",
+                            json={
+                                "event_id": oid,
+                                "viewer_id": viewer,
+                                "experiment": "replicas_ab",
+                                "type": "click",
+                            },
+                        )
                         if o.status_code == 200 and o.json()["status"] in ("stored", "duplicate", "spooled"):
                             self.outcomes.append(oid)
                         else:
@@ -105,7 +112,9 @@ def test_kill_9_of_a_replica_mid_load(store_url: str, tmp_path: Path) -> None:
             rs.kill(0)  # mid-load: requests are in flight on it
             killed_at = time.monotonic()
             n = sum(len(x.replies) for x in loads)
-            assert _wait(lambda: sum(len(x.replies) for x in loads) >= n + 10, 60), "the survivor stopped serving"
+            assert _wait(lambda: sum(len(x.replies) for x in loads) >= n + 10, 60), (
+                "the survivor stopped serving"
+            )
             restart_s = rs.restart(0)
             restarted_at = time.monotonic()
             assert _wait(lambda: any(t > restarted_at and rep == "r0" for x in loads for t, *_, rep in x.replies),
@@ -145,5 +154,7 @@ def test_kill_9_of_a_replica_mid_load(store_url: str, tmp_path: Path) -> None:
         assert len(stored_outcomes) >= len(set(outcomes))
     assert not list((tmp_path / "set" / "spool").rglob("seg-*.jsonl")), "a spool was left unreplayed"
     failures = sum((x.failures for x in loads), collections.Counter())
-    print(f"set up in {started:.1f} s, restart in {restart_s:.1f} s; replies {len(replies)} ({len(after_kill)} "
-          f"while r0 was down), outcomes {len(outcomes)}, unacknowledged requests {dict(failures)}")
+    print(
+        f"set up in {started:.1f} s, restart in {restart_s:.1f} s; replies {len(replies)} ({len(after_kill)} "
+        f"while r0 was down), outcomes {len(outcomes)}, unacknowledged requests {dict(failures)}"
+    )
