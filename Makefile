@@ -13,7 +13,7 @@ export HF_DATASETS_OFFLINE = 1
 export TOKENIZERS_PARALLELISM = false
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: install demo test lint format clean chromium
+.PHONY: install demo test lint format clean chromium postgres haproxy replicas
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -44,10 +44,31 @@ chromium:
 	  { (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
 	    || echo "warning: could not install chromium; browser tests will be skipped"; }
 
+# Debian's PostgreSQL (initdb, pg_ctl) and HAProxy for the A/B store and replica tests (skipped if present).
+# Unlike Chromium these are required: the tests that need them fail, never skip, when they are missing.
+PG_BIN ?= /usr/lib/postgresql/15/bin
+postgres:
+	@test -x $(PG_BIN)/initdb || command -v initdb >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null; }
+
+haproxy:
+	@command -v haproxy >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; }
+
+# A local replica set: REPLICAS serve processes behind HAProxy on PORT, sharing a throwaway PostgreSQL A/B store
+# (or STORE=postgresql+psycopg://user@host/db). See docs/replicas.md.
+REPLICAS ?= 2
+PORT     ?= 8000
+SERVE_CONFIG ?= configs/tiny/serve.yaml
+EXPERIMENTS  ?= configs/ab/drpo_vs_rft.yaml
+replicas: install postgres haproxy
+	$(PY) -m livethink.replicas --config $(SERVE_CONFIG) --replicas $(REPLICAS) --port $(PORT) \
+	  --experiments $(EXPERIMENTS) $(if $(STORE),--store $(STORE),) $(REPLICA_ARGS)
+
 demo: install
 	$(PY) -m livethink.demo_job $(if $(filter 1,$(QUICK)),--quick,) $(DEMO_ARGS)
 
-test: install chromium
+test: install chromium postgres haproxy
 	$(PY) -m ruff check livethink apps tests benchmarks
 	$(PY) -m pytest -q tests
 

@@ -31,3 +31,7 @@ class EventConflictError(ABError):
         super().__init__(
             f"event_id: {len(self.event_ids)} id(s) already stored with different content: {shown}"
         )
+
+
+class SpoolFullError(RuntimeError):
+    """The store is unreachable and the local spool holds its maximum: the event was not accepted."""

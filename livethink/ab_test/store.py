@@ -36,6 +36,7 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.exc import DBAPIError
 
 from livethink.ab_test.errors import ABError, EventConflictError, EventValidationError, UnknownExperimentError
 from livethink.ab_test.events import ExposureEvent, OutcomeEvent, ResponseEvent, parse_event
@@ -91,10 +92,11 @@ _IN_CHUNK = 500
 
 @dataclass(frozen=True)
 class Ack:
-    """Acknowledgement of one event: durably committed now (``stored``) or earlier (``duplicate``)."""
+    """Acknowledgement of one event: durably committed now (``stored``) or earlier (``duplicate``), or, while
+    the store is down, fsynced to the writer's local spool for replay (``spooled``)."""
 
     event_id: str
-    status: Literal["stored", "duplicate", "conflict"]
+    status: Literal["stored", "duplicate", "conflict", "spooled"]
 
 
 def normalize_url(url: str | Path) -> str:
@@ -148,8 +150,16 @@ class EventStore:
             self.engine = self._sqlite_engine("BEGIN IMMEDIATE", synchronous, busy_timeout_s)
             self.read_engine = self._sqlite_engine("BEGIN", synchronous, busy_timeout_s)
         else:
-            self.engine = create_engine(self.url, pool_pre_ping=True)
+            # pre-ping: a connection dropped by a server restart is replaced at checkout, not failed on use
+            connect_args = {"connect_timeout": 5} if self.dialect == "postgresql" else {}
+            self.engine = create_engine(self.url, pool_pre_ping=True, connect_args=connect_args)
             self.read_engine = self.engine
+            if self.dialect == "postgresql":
+                # batch writes: one autocommit statement each, no pre-ping round trip; a dropped connection is
+                # retried once instead (the insert is idempotent)
+                self._write_engine = create_engine(
+                    self.url, connect_args=connect_args, isolation_level="AUTOCOMMIT"
+                )
         metadata.create_all(self.engine)
         self._lock = threading.Lock()
         self._arms: dict[str, set[str]] = {}
@@ -174,6 +184,8 @@ class EventStore:
         return engine
 
     def close(self) -> None:
+        if "_write_engine" in self.__dict__:
+            self._write_engine.dispose()
         self.engine.dispose()
         if self.read_engine is not self.engine:
             self.read_engine.dispose()
@@ -298,6 +310,8 @@ class EventStore:
                 rows[ev.event_id] = row
             elif seen["digest"] != row["digest"]:
                 status[ev.event_id] = "conflict"
+        if self.dialect == "postgresql":
+            return self._append_postgres(parsed, rows, status, on_conflict)
         ids = list(rows)
         with self._lock, self.engine.begin() as conn:
             existing: dict[str, str] = {}
@@ -319,6 +333,63 @@ class EventStore:
                 params = [tuple(r[k] for k in keys) if positional else r for r in new_rows]
                 conn.exec_driver_sql(sql, params)  # executemany; skips per-row type processing
         return [Ack(ev.event_id, status.get(ev.event_id, "stored")) for ev in parsed]  # type: ignore[arg-type]
+
+    def _append_postgres(
+        self,
+        parsed: list[AnyEvent],
+        rows: dict[str, dict[str, Any]],
+        status: dict[str, str],
+        on_conflict: str,
+    ) -> list[Ack]:
+        """PostgreSQL: insert first (one ``INSERT ... SELECT FROM unnest(arrays) ON CONFLICT DO NOTHING RETURNING``
+        per 5,000 rows: a round trip per batch, not per row), then classify only the ids it skipped."""
+        if on_conflict == "raise" and "conflict" in status.values():
+            raise EventConflictError([eid for eid, s in status.items() if s == "conflict"])
+        if on_conflict == "report":  # each INSERT commits by itself: nothing to roll back
+            for attempt in range(2):
+                try:
+                    with self._lock, self._write_engine.connect() as conn:
+                        self._insert_and_classify(conn, rows, status)
+                    break
+                except DBAPIError as exc:
+                    if attempt or not exc.connection_invalidated:
+                        raise
+            return [Ack(ev.event_id, status.get(ev.event_id, "stored")) for ev in parsed]  # type: ignore[arg-type]
+        with self._lock, self.engine.begin() as conn:
+            self._insert_and_classify(conn, rows, status)
+            conflicts = [eid for eid, s in status.items() if s == "conflict"]
+            if conflicts:
+                raise EventConflictError(conflicts)  # rolls back: nothing written
+        return [Ack(ev.event_id, status.get(ev.event_id, "stored")) for ev in parsed]  # type: ignore[arg-type]
+
+    def _insert_and_classify(
+        self, conn: Any, rows: dict[str, dict[str, Any]], status: dict[str, str]
+    ) -> None:
+        cand = [r for eid, r in rows.items() if eid not in status]
+        sql, cols = self._pg_unnest_sql
+        inserted: set[str] = set()
+        for k in range(0, len(cand), 5000):
+            part = cand[k : k + 5000]
+            res = conn.exec_driver_sql(sql, tuple([r[c] for r in part] for c in cols))
+            inserted.update(x[0] for x in res)
+        skipped = [r["event_id"] for r in cand if r["event_id"] not in inserted]
+        for k in range(0, len(skipped), _IN_CHUNK):
+            q = select(events_table.c.event_id, events_table.c.digest).where(
+                events_table.c.event_id.in_(skipped[k : k + _IN_CHUNK])
+            )
+            for eid, digest in conn.execute(q).tuples():
+                status[eid] = "duplicate" if digest == rows[eid]["digest"] else "conflict"
+
+    @functools.cached_property
+    def _pg_unnest_sql(self) -> tuple[str, tuple[str, ...]]:
+        pg_types = {String: "varchar", Text: "text", Float: "float8", Integer: "int4", Boolean: "bool"}
+        cols = tuple(c.name for c in events_table.columns)
+        arrays = ", ".join(f"%s::{pg_types[type(c.type)]}[]" for c in events_table.columns)
+        sql = (
+            f"INSERT INTO {events_table.name} ({', '.join(cols)}) SELECT * FROM unnest({arrays}) "
+            "ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
+        )
+        return sql, cols
 
     @functools.cached_property
     def _insert_sql(self) -> tuple[str, tuple[str, ...], bool]:

@@ -37,6 +37,8 @@ from livethink.serve.hooks import (
     NotFoundError,
     PayloadError,
     ServeHooks,
+    SpoolCollector,
+    UnavailableError,
 )
 from livethink.serve.metrics import CONTENT_TYPE_LATEST, ServeMetrics
 from livethink.serve.protocol import ChatCompletionRequest, LivestreamReplyRequest, model_card
@@ -220,7 +222,11 @@ def create_app(
                 config.experiment.store,
                 set(config.models),
                 on_error=lambda kind: metrics.ab_errors.labels(kind).inc(),
+                spool_dir=config.experiment.spool_dir,
+                spool_max_mb=config.experiment.spool_max_mb,
             )
+        if h is not None and hasattr(h, "health"):
+            metrics.registry.register(SpoolCollector(h))
         svc = Service(config, es.engines, es.engine_keys, es.capacities, h or NoExperiment(), metrics)
         if config.engine.warmup:
             await svc.warmup()
@@ -261,7 +267,7 @@ def create_app(
     @app.get("/health", dependencies=[require_key])
     async def health(request: Request) -> dict[str, Any]:
         svc = service(request)
-        return {
+        out = {
             "status": "ok",
             "models": svc.models,
             "engines": {k: e.kind for k, e in svc.engines.items()},
@@ -269,6 +275,11 @@ def create_app(
             "engine_fallback": request.app.state.engine_fallback,
             "reasoning": {m: svc.reasoning_format(m).to_dict() for m in svc.models},
         }
+        ab = svc.hooks.health() if hasattr(svc.hooks, "health") else None
+        if ab is not None:  # the A/B write path: a failing store or a full spool degrades, never fails, health
+            out["ab"] = ab
+            out["status"] = "degraded" if ab.get("degraded") or (ab.get("spool") or {}).get("full") else "ok"
+        return out
 
     @app.get("/version", dependencies=[require_key])
     async def version() -> dict[str, str]:
@@ -347,6 +358,8 @@ def create_app(
             raise APIError(409, str(exc), "conflict_error", "event_id") from None
         except PayloadError as exc:
             raise bad_request(str(exc), str(exc).split(":", 1)[0] or None) from None
+        except UnavailableError as exc:
+            raise APIError(503, str(exc), "unavailable_error") from None
 
     @app.get("/v1/ab/experiments/{name}", dependencies=[require_admin])
     @_guard

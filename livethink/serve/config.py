@@ -135,6 +135,10 @@ class ExperimentConfig(_Strict):
 
     file: str
     store: str = "sqlite:///runs/serve/ab.db"  # or postgresql+psycopg://user@host/db
+    # Write-ahead spool on local disk (one sub-directory per process; a restarted process replays a dead one's):
+    # events survive a kill -9 and a store outage. None turns it off (events then wait for the store).
+    spool_dir: str | None = "runs/serve/ab-spool"
+    spool_max_mb: float = Field(default=256.0, gt=0)
 
 
 class AuthConfig(_Strict):

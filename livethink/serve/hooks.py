@@ -6,6 +6,9 @@ model variant, budget overrides), ``on_exposure``, ``on_response``, ``on_outcome
 ``livethink.ab_test`` (``ExperimentHooks`` per experiment of a YAML file, one event store); a viewer is in
 at most one experiment of a file (namespaces make them disjoint), the first that takes them wins.
 Logging never blocks a reply: the ``on_*`` futures resolve after the store commits, failures are counted.
+With a spool (``ExperimentConfig.spool_dir``) every event is written ahead to local disk before ``on_*`` returns,
+so an exposure logged before a reply survives a ``kill -9`` of the server; ``health()`` and
+``SpoolCollector`` report the write path (degraded store, spool bytes, a full spool).
 """
 
 from __future__ import annotations
@@ -33,6 +36,10 @@ class ConflictError(ValueError):
 
 class PayloadError(ValueError):
     """A malformed outcome payload (→ 400)."""
+
+
+class UnavailableError(RuntimeError):
+    """The event could not be recorded now (store down and spool full) (→ 503)."""
 
 
 @dataclass(frozen=True)
@@ -130,13 +137,27 @@ class ABTestHooks:
 
     @classmethod
     def open(
-        cls, experiments_file: str, store: str, known_variants: set[str] | None = None, on_error: Any = None
+        cls,
+        experiments_file: str,
+        store: str,
+        known_variants: set[str] | None = None,
+        on_error: Any = None,
+        spool_dir: str | None = None,
+        spool_max_mb: float = 256.0,
     ) -> ABTestHooks:
         from livethink.ab_test.experiment import load_experiments
         from livethink.ab_test.hooks import open_hooks
+        from livethink.ab_test.spool import Spool
 
         experiments = load_experiments(experiments_file, known_variants=known_variants)
-        return cls(open_hooks(list(experiments.values()), store), on_error)
+        spool = None if spool_dir is None else Spool(spool_dir, max_bytes=int(spool_max_mb * (1 << 20)))
+        return cls(open_hooks(list(experiments.values()), store, spool=spool), on_error)
+
+    def health(self) -> dict[str, Any] | None:
+        """State of the event write path (one writer is shared by all experiments): degraded, spool use."""
+        writers = {id(w): w for h in self.hooks.values() if (w := getattr(h, "writer", None)) is not None}
+        states = [w.state() for w in writers.values() if hasattr(w, "state")]
+        return states[0] if len(states) == 1 else ({"writers": states} if states else None)
 
     def _choice(self, name: str, h: Any, arm: str, assignment: Any, forced: bool) -> ArmChoice:
         settings = h.arm_settings(arm)
@@ -232,11 +253,18 @@ class ABTestHooks:
         )
 
     async def on_outcome(self, payload: Any) -> dict[str, Any]:
-        from livethink.ab_test.errors import EventConflictError, EventValidationError, UnknownExperimentError
+        from livethink.ab_test.errors import (
+            EventConflictError,
+            EventValidationError,
+            SpoolFullError,
+            UnknownExperimentError,
+        )
         from livethink.ab_test.hooks import record_outcome
 
         try:
             ack = await asyncio.wrap_future(record_outcome(self.hooks, payload))
+        except SpoolFullError as exc:
+            raise UnavailableError(str(exc)) from None
         except UnknownExperimentError as exc:
             raise NotFoundError(str(exc)) from None
         except EventConflictError as exc:
@@ -279,3 +307,33 @@ class ABTestHooks:
                 obj.close()
             except Exception as exc:
                 log.warning("closing %s failed: %s", type(obj).__name__, exc)
+
+
+class SpoolCollector:
+    """Prometheus collector of ``hooks.health()`` (read at scrape time): register it on the server's registry."""
+
+    def __init__(self, hooks: Any):
+        self.hooks = hooks
+
+    def collect(self) -> Any:
+        from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+
+        state = getattr(self.hooks, "health", lambda: None)()
+        if not state or "writers" in state:
+            return
+        spool = state.get("spool") or {}
+        yield GaugeMetricFamily("livethink_ab_store_degraded", "1 while the A/B store fails and events are spooled",
+                                value=int(state["degraded"]))  # fmt: skip
+        yield GaugeMetricFamily(
+            "livethink_ab_spool_bytes", "Bytes in the A/B spool", value=spool.get("bytes", 0)
+        )
+        yield GaugeMetricFamily("livethink_ab_spool_max_bytes", "Bound of the A/B spool",
+                                value=spool.get("max_bytes", 0))  # fmt: skip
+        yield GaugeMetricFamily("livethink_ab_spool_full", "1 while the A/B spool refuses events",
+                                value=int(bool(spool.get("full"))))  # fmt: skip
+        yield CounterMetricFamily("livethink_ab_spooled_events", "A/B events acknowledged from the spool",
+                                  value=state["spooled_events"])  # fmt: skip
+        yield CounterMetricFamily("livethink_ab_replayed_events", "Spooled A/B events stored by a replay",
+                                  value=state["replayed_events"])  # fmt: skip
+        yield CounterMetricFamily("livethink_ab_spool_rejected_events", "A/B events refused by a full spool",
+                                  value=spool.get("rejected_events", 0))  # fmt: skip

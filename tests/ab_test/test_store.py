@@ -1,8 +1,8 @@
-"""Event store on real SQLite files: acks, idempotency, conflicts, validation, group commit."""
+"""Event store on a real SQLite file and a real PostgreSQL server: acks, idempotency, conflicts, validation,
+group commit."""
 
 from __future__ import annotations
 
-import sqlite3
 import time
 from pathlib import Path
 
@@ -22,8 +22,8 @@ EXP = parse_experiment({"name": "e1", "arms": [{"name": "A", "weight": 0.5}, {"n
 
 
 @pytest.fixture
-def store(tmp_path: Path):
-    s = EventStore(tmp_path / "ab.db")
+def store(store_url: str):
+    s = EventStore(store_url)
     s.register_experiment(EXP)
     yield s
     s.close()
@@ -39,23 +39,27 @@ def _outcome(i: int, **kw: object) -> dict:
             "gmv": 12.5, "ts": time.time(), **kw}  # fmt: skip
 
 
-def test_wal_and_durable_settings(store: EventStore, tmp_path: Path) -> None:
+def test_sqlite_wal_and_durable_settings(tmp_path: Path) -> None:
+    store = EventStore(tmp_path / "ab.db")
     with store.engine.connect() as conn:
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA synchronous").scalar() == 2  # FULL
     assert normalize_url(tmp_path / "x.db").startswith("sqlite:////")
     assert normalize_url("postgresql+psycopg://u@h/db") == "postgresql+psycopg://u@h/db"
+    store.close()
 
 
-def test_append_ack_and_reopen(store: EventStore, tmp_path: Path) -> None:
+def test_append_ack_and_reopen(store: EventStore, store_url: str) -> None:
     acks = store.append([_exposure(i) for i in range(10)] + [_outcome(1)])
     assert [a.status for a in acks] == ["stored"] * 11
     store.close()
-    again = EventStore(tmp_path / "ab.db")
+    again = EventStore(store_url)
+    assert again.dialect == ("sqlite" if "://" not in store_url else "postgresql")
     assert again.count("e1") == 11
     assert again.experiment("e1") == EXP
     row = again.fetch("e1", "outcome", ["viewer_id", "outcome_type", "gmv"])
     assert row == [("v1", "order", 12.5)]
+    again.close()
 
 
 def test_duplicates_are_idempotent(store: EventStore) -> None:
@@ -149,15 +153,14 @@ def test_outcome_payload_validation() -> None:
             validate_outcome(payload)
 
 
-def test_batch_writer_acks_after_commit(store: EventStore, tmp_path: Path) -> None:
+def test_batch_writer_acks_after_commit(store: EventStore, store_url: str) -> None:
     with BatchWriter(store, max_batch=64) as w:
         events = [_exposure(i) for i in range(500)]
         futures = [w.submit(e) for e in events]
         acks = [f.result(timeout=30) for f in futures]
         assert {a.status for a in acks} == {"stored"}
-        # an acked event is visible to an independent connection
-        with sqlite3.connect(tmp_path / "ab.db") as raw:
-            assert raw.execute("SELECT count(*) FROM ab_events").fetchone()[0] == 500
+        with EventStore(store_url) as other:  # an acked event is visible to an independent connection
+            assert other.count("e1") == 500
         dup = w.submit(events[3]).result(timeout=30)
         assert dup.status == "duplicate"
         conflict = w.submit({**events[4], "arm": "B"})

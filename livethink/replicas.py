@@ -1,0 +1,230 @@
+"""A local replica set: N ``livethink serve`` processes behind HAProxy, sharing one A/B event store.
+
+    python -m livethink.replicas --config configs/tiny/serve.yaml --replicas 2 --port 8000 \
+        --experiments configs/ab/drpo_vs_rft.yaml [--store postgresql+psycopg://user@host/db]
+
+Without ``--store`` a throwaway PostgreSQL cluster is started under ``--workdir`` (``initdb`` + ``pg_ctl`` on a
+free loopback port; Debian's ``postgresql`` package). Each replica gets its own loopback port and log under
+``--workdir``, and all replicas write ahead to one spool root (``<workdir>/spool``, a sub-directory per process):
+a replica restarted after a crash replays what its dead predecessor had not yet stored. HAProxy
+(``deploy/haproxy.cfg.tmpl``, Debian's ``haproxy`` package) balances by least connections, health-checks
+``/health`` every 0.5 s and sends a request to another replica when one refuses connections. Ctrl-C stops it all.
+See docs/replicas.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from string import Template
+from typing import Any
+
+import httpx
+import yaml
+
+from livethink.server_process import LOOPBACK, ServerProcess, free_port
+
+ROOT = Path(__file__).resolve().parents[1]
+TEMPLATE = ROOT / "deploy" / "haproxy.cfg.tmpl"
+
+
+def haproxy_config(bind_port: int, replica_ports: list[int]) -> str:
+    """HAProxy's config for ``replica_ports`` (server names r0, r1, ...), listening on 127.0.0.1:bind_port."""
+    servers = "\n".join(f"    server r{i} {LOOPBACK}:{p} check" for i, p in enumerate(replica_ports))
+    return Template(TEMPLATE.read_text()).substitute(bind=f"{LOOPBACK}:{bind_port}", servers=servers)
+
+
+class ReplicaSet:
+    """Start ``n`` replicas of ``config`` (a serve config mapping) and HAProxy; ``url`` is the front.
+
+    ``kill(i)`` sends SIGKILL to replica i, ``restart(i)`` starts it again on the same port, ``close()`` stops
+    everything (replicas gracefully, so their writers flush).
+    """
+
+    def __init__(
+        self,
+        config: dict[str, Any],
+        n: int,
+        workdir: Path,
+        *,
+        store: str,
+        port: int | None = None,
+        startup_timeout_s: float = 240.0,
+        env: dict[str, str] | None = None,
+    ):
+        if shutil.which("haproxy") is None:
+            raise RuntimeError("haproxy not found: install Debian's haproxy package (`make haproxy`)")
+        self.workdir = Path(workdir)
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        cfg = dict(config)
+        cfg["experiment"] = {**(cfg.get("experiment") or {}), "store": store,
+                             "spool_dir": str(self.workdir / "spool")}  # fmt: skip
+        self.config_path = self.workdir / "serve.yaml"
+        self.config_path.write_text(yaml.safe_dump(cfg))
+        self.env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", **(env or {})}
+        self.startup_timeout_s = startup_timeout_s
+        self.ports = [free_port() for _ in range(n)]
+        self.replicas: list[ServerProcess | None] = [None] * n
+        self.front_port = port or free_port()
+        self.url = f"http://{LOOPBACK}:{self.front_port}"
+        self.haproxy: subprocess.Popen | None = None
+        try:
+            self._start_all()
+        except BaseException:
+            self.close()
+            raise
+
+    def _start_all(self) -> None:
+        procs = [self._spawn(i) for i in range(len(self.ports))]  # start in parallel, then wait
+        for i, p in enumerate(procs):
+            self.replicas[i] = p
+            p.wait_ready()
+        cfg = self.workdir / "haproxy.cfg"
+        cfg.write_text(haproxy_config(self.front_port, self.ports))
+        check = subprocess.run(["haproxy", "-c", "-q", "-f", str(cfg)], capture_output=True, text=True)
+        if check.returncode != 0:
+            raise RuntimeError(f"haproxy rejected {cfg}: {check.stderr}")
+        self._haproxy_log = (self.workdir / "haproxy.log").open("w")
+        self.haproxy = subprocess.Popen(["haproxy", "-db", "-f", str(cfg)], stdout=self._haproxy_log,
+                                        stderr=subprocess.STDOUT)  # fmt: skip
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                if httpx.get(self.url + "/health", timeout=2).status_code == 200:
+                    return
+            except httpx.HTTPError:
+                pass
+            if self.haproxy.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"haproxy did not come up; see {self.workdir / 'haproxy.log'}")
+            time.sleep(0.2)
+
+    def _spawn(self, i: int) -> _LazyServer:
+        argv = [sys.executable, "-m", "livethink.serve.cli", "--config", str(self.config_path),
+                "--port", str(self.ports[i])]  # fmt: skip
+        return _LazyServer(argv, port=self.ports[i], log_path=self.workdir / f"replica{i}.log", ready_path="/health",
+                           name=f"replica {i}", cwd=ROOT, env=self.env,
+                           startup_timeout_s=self.startup_timeout_s)  # fmt: skip
+
+    def replica_url(self, i: int) -> str:
+        return f"http://{LOOPBACK}:{self.ports[i]}"
+
+    def kill(self, i: int) -> None:
+        """SIGKILL replica ``i`` (no shutdown, no flush: a crash)."""
+        r = self.replicas[i]
+        if r is not None:
+            r.proc.send_signal(signal.SIGKILL)
+            r.proc.wait(30)
+            r.log.close()
+            self.replicas[i] = None
+
+    def restart(self, i: int) -> float:
+        """Start replica ``i`` again on its port; returns its startup seconds."""
+        if self.replicas[i] is not None:
+            raise RuntimeError(f"replica {i} is running")
+        p = self._spawn(i)
+        self.replicas[i] = p
+        p.wait_ready()
+        return p.startup_s
+
+    def close(self) -> None:
+        for r in self.replicas:
+            if r is not None:
+                r.close()
+        self.replicas = [None] * len(self.ports)
+        if self.haproxy is not None and self.haproxy.poll() is None:
+            self.haproxy.terminate()
+            self.haproxy.wait(10)
+            self._haproxy_log.close()
+
+    def __enter__(self) -> ReplicaSet:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class _LazyServer(ServerProcess):
+    """A ``ServerProcess`` whose readiness is awaited later (``wait_ready``), so replicas start in parallel."""
+
+    def __init__(self, argv: list[str], *, startup_timeout_s: float, **kwargs: Any):
+        self._timeout = startup_timeout_s
+        self._ready_path = kwargs.pop("ready_path")
+        self._t0 = time.monotonic()
+        super().__init__(argv, ready_path=self._ready_path, startup_timeout_s=startup_timeout_s, **kwargs)
+
+    def _wait_ready(self, url: str, deadline: float, timeout_s: float) -> None:
+        self._ready_url, self._deadline = url, deadline
+
+    def wait_ready(self) -> None:
+        ServerProcess._wait_ready(self, self._ready_url, self._deadline, self._timeout)
+        self.startup_s = time.monotonic() - self._t0
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m livethink.replicas", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+    ap.add_argument("--config", required=True, help="serve YAML (e.g. configs/tiny/serve.yaml)")
+    ap.add_argument("--replicas", type=int, default=2)
+    ap.add_argument("--port", type=int, default=8000, help="HAProxy's port on 127.0.0.1")
+    ap.add_argument("--experiments", help="A/B experiments YAML (default: the config's experiment.file)")
+    ap.add_argument("--store", help="shared A/B store URL (default: a throwaway local PostgreSQL cluster)")
+    ap.add_argument("--workdir", default="runs/replicas", help="logs, spool, rendered configs, the cluster")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    args = ap.parse_args(argv)
+    if args.replicas < 1:
+        ap.error("--replicas: must be at least 1")
+    from livethink.serve.cli import _parse_sets
+    from livethink.serve.config import ConfigError, load_config
+
+    try:
+        overrides = _parse_sets(args.set)
+        if args.experiments:
+            overrides["experiment"] = {"file": args.experiments}
+        config = load_config(args.config, overrides).model_dump(mode="json")
+    except (ConfigError, ValueError) as exc:
+        print(f"livethink replicas: invalid config: {exc}", file=sys.stderr)
+        return 2
+    if not config.get("experiment"):
+        print("livethink replicas: the config has no experiment (pass --experiments FILE): replicas share the "
+              "A/B store, so one is needed", file=sys.stderr)  # fmt: skip
+        return 2
+    workdir = Path(args.workdir).resolve()
+    pg = None
+    store = args.store
+    if store is None:
+        from livethink.ab_test.pg_cluster import LocalPostgres
+
+        pg = LocalPostgres(workdir / "postgres")
+        store = pg.create_database("livethink_ab") if not _db_exists(pg) else pg.url("livethink_ab")
+        print(f"PostgreSQL: {store} (data in {pg.data})", flush=True)
+    try:
+        with ReplicaSet(config, args.replicas, workdir, store=store, port=args.port) as rs:
+            for i in range(args.replicas):
+                print(f"replica {i}: {rs.replica_url(i)} (log {workdir}/replica{i}.log)", flush=True)
+            print(f"HAProxy front: {rs.url}  (Ctrl-C stops everything)", flush=True)
+            try:
+                while True:
+                    time.sleep(3600)
+            except KeyboardInterrupt:
+                print("stopping", flush=True)
+    finally:
+        if pg is not None:
+            pg.close()
+    return 0
+
+
+def _db_exists(pg: Any) -> bool:
+    import psycopg
+
+    with psycopg.connect(pg.dsn(), autocommit=True) as conn:
+        return conn.execute("SELECT 1 FROM pg_database WHERE datname = 'livethink_ab'").fetchone() is not None
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
