@@ -66,6 +66,7 @@ class EngineConfig(_Strict):
     )  # requests running at once per vLLM engine (the rest queue)
     transformers_threads: int | None = Field(default=None, ge=1)
     warmup: bool = True  # a few short generations at start seed the latency estimates
+    nice: int = Field(default=10, ge=0, le=39)  # engine processes run this much nicer than the front end
     calculator: bool = False  # digits after a written-out sum's "=" come from a calculator (livethink.calculator)
 
 

@@ -56,6 +56,11 @@ def ewma(previous: float | None, value: float, alpha: float) -> float:
     return value if previous is None else (1 - alpha) * previous + alpha * value
 
 
+def decaying_max(previous: float | None, value: float, decay: float) -> float:
+    """A high-water mark that forgets: ``max(value, decay · previous)`` (0 < decay < 1)."""
+    return value if previous is None else max(value, decay * previous)
+
+
 def queue_wait(waiting: int, running: int, capacity: int, service_s: float) -> float:
     """Expected wait for a slot of a new request: 0 if a slot is free, else ``(waiting + 1) · S / capacity``
     (one of ``capacity`` slots frees every ``S / capacity`` seconds on average)."""
@@ -238,6 +243,19 @@ class BudgetController:
         self.queues = {name: SlotQueue(cap) for name, cap in capacities.items()}
         self.loop_lag = LoopLag()
         self.max_loop_lag_s = max_loop_lag_s
+        self.send_s: float | None = None  # decaying max of (last byte sent − generation over), seconds
+        self.send_decay = 0.98  # per reply: an outlier counts half after ~35 replies
+        self.max_send_s = 0.25
+
+    def observe_send(self, seconds: float) -> None:
+        """Time a finished reply took to leave (serialization, the event loop, A/B logging, the socket)."""
+        self.send_s = decaying_max(self.send_s, min(max(0.0, seconds), self.max_send_s), self.send_decay)
+
+    def send_reserve(self, finalize_s: float) -> float:
+        """Seconds to keep before the deadline for the answer to leave: the configured ``finalize_s`` or the
+        measured high-water mark, whichever is larger, plus the event loop's current lag (capped)."""
+        lag = min(self.loop_lag.value, self.max_loop_lag_s)
+        return max(finalize_s, self.send_s or 0.0) + lag
 
     def queue_state(self, engine: str) -> QueueState:
         q = self.queues[engine]
@@ -308,6 +326,7 @@ class BudgetController:
                 "estimated_tpot_ms": round(est.tpot * 1000, 3),
                 "estimated_tpot_hi_ms": round(est.tpot_reply * 1000, 3),
                 "loop_lag_ms": round(self.loop_lag.value * 1000, 2),
+                "send_ms": None if self.send_s is None else round(self.send_s * 1000, 2),
                 "at": time.time(),
             }
         return out

@@ -54,6 +54,9 @@ class Job:
     reply_reserve: int | None = None
     simulated: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
+    deferred: bool = False  # accounting waits for ``Service.finish`` (the last byte sent); else at the end of run
+    result: Result | None = None
+    t_done: float | None = None  # monotonic: generation over, the result built
 
     @property
     def labels(self) -> tuple[str, str, str]:
@@ -232,8 +235,13 @@ class Service:
         )
 
     # -- admission --------------------------------------------------------------------------------------
+    def hard_cut(self, job: Job) -> float:
+        """Monotonic time at which generation stops: the deadline less the time the response needs to leave
+        (``finalize_ms`` or the measured tail, whichever is larger) and the event loop's current lag."""
+        return job.arrival + job.deadline_ms / 1000 - self.controller.send_reserve(self.finalize_s)
+
     def _plan(self, job: Job, now: float, queue: QueueState | None = None) -> TokenBudget | Reject:
-        remaining = job.arrival + job.deadline_ms / 1000 - now
+        remaining = self.hard_cut(job) - now
         room = self.config.engine.max_model_len - len(job.prompt_ids)
         max_tokens = min(job.max_tokens or room, room)
         return self.controller.plan(
@@ -279,9 +287,7 @@ class Service:
         engine = self.engines[job.engine_key]
         queue = self.controller.queues[job.engine_key]
         m = self.metrics
-        # the cut fires early by the event loop's current lag, so that the answer still leaves on time
-        lag = min(self.controller.loop_lag.value, self.controller.max_loop_lag_s)
-        hard = job.arrival + job.deadline_ms / 1000 - self.finalize_s - lag
+        hard = self.hard_cut(job)  # early enough for the answer to leave by the deadline
         progress = Progress(ThinkSplitter(phase="reasoning" if job.thinking else "reply"))
         t_enqueue = time.monotonic()
         m.queued.labels(job.model).inc()
@@ -347,8 +353,28 @@ class Service:
         for piece in progress.flush(time.monotonic()):
             yield piece
         result = self._result(job, progress, cut, budget, queue_s)
-        self._record(job, result)
+        job.result, job.t_done = result, time.monotonic()
+        if not job.deferred:
+            self._record(job, result)
         yield Done(result)
+
+    def stamp(self, job: Job, r: Result, now: float | None = None) -> Result:
+        """Bring ``e2e_ms`` / ``deadline_met`` up to ``now`` (call right before serializing the response)."""
+        e2e = (time.monotonic() if now is None else now) - job.arrival
+        r.e2e_ms = round(e2e * 1000, 2)
+        r.deadline_met = e2e <= job.deadline_ms / 1000
+        return r
+
+    def finish(self, job: Job, t_sent: float) -> None:
+        """The last byte of ``job``'s response has left at ``t_sent``: account its client-clock span (metrics,
+        deadline, A/B record) and teach the controller how long answers take to leave after generation."""
+        r = job.result
+        if r is None or not job.deferred:
+            return  # no reply was produced (refused, cancelled, failed) or it was accounted already
+        self.stamp(job, r, t_sent)
+        if job.t_done is not None:
+            self.controller.observe_send(t_sent - job.t_done)
+        self._record(job, r)
 
     async def complete(self, job: Job) -> Result:
         async for event in self.run(job):
