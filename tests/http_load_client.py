@@ -32,6 +32,8 @@ async def one(client: httpx.AsyncClient, url: str, i: int, deadline_ms: int) -> 
     except httpx.HTTPError as exc:
         return {"i": i, "status": None, "error": type(exc).__name__, "client_ms": (time.monotonic() - t0) * 1000}
     out = {"i": i, "status": r.status_code, "client_ms": client_ms}
+    if r.status_code == 429:
+        out["retry_after"] = r.headers.get("retry-after")
     if r.status_code == 200:
         data = json.loads(content)
         out.update(server_ms=data["timings"]["e2e_ms"], deadline_met=data["deadline_met"])

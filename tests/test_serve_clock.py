@@ -115,3 +115,70 @@ def test_server_latency_matches_the_clients_on_a_loaded_server():
     for r in ok:
         if abs(r["client_ms"] - 1000) > 50:
             assert r["deadline_met"] == (r["client_ms"] <= 1000), r
+
+
+def test_cold_factor_fades_and_slots_open_one_per_reply():
+    from livethink.serve.controller import SlotQueue, cold_factor
+
+    assert [cold_factor(n, 2.0, 4) for n in (0, 1, 2, 4, 9)] == [2.0, 1.75, 1.5, 1.0, 1.0]
+    assert cold_factor(0, 3.0, 0) == 1.0
+    q = SlotQueue(3, start=1)
+    assert q.capacity == 1 and q.max_capacity == 3
+    q.open_slots(9)
+    assert q.capacity == 3 and q.running == 0  # capped, and the new slots are free
+
+
+class ColdEngine(BusyEngine):
+    """Fault injection: a cold engine that never stops on its own (thinks until forced, then a reply longer
+    than any reserve), slow on its first requests (ramp-up) and slower per token the more requests run."""
+
+    def __init__(self, *args, slow_first: int = 6, **kwargs):
+        kwargs.setdefault("reply", " ".join(f"word{i}." for i in range(400)))
+        super().__init__(*args, think_words=100_000, **kwargs)
+        self.slow_first = slow_first
+
+    @property
+    def ttft_s(self) -> float:
+        return 0.4 if self.started <= self.slow_first else 0.02 + 0.004 * len(self.active)
+
+    @ttft_s.setter
+    def ttft_s(self, value: float) -> None:
+        pass
+
+    @property
+    def token_s(self) -> float:
+        return 0.004 * (1 + 0.15 * len(self.active))
+
+    @token_s.setter
+    def token_s(self, value: float) -> None:
+        pass
+
+
+def test_deadline_holds_from_a_cold_start_under_overload():
+    """A cold server (no warm-up, priors only) hit at once by 90 requests at 30/s, about 3x what 8 slots of
+    a never-stopping student sustain: every answered request within the deadline by the client's clock,
+    the rest refused with 429 and a Retry-After; nothing hangs."""
+    tok = load_tokenizer(tiny_student_dir())
+    engine = ColdEngine(tok)
+    config = make_config(tiny_student_dir(), **{"budget.deadline_ms": 1000})
+    server = ServerThread(create_app(config, engine_set(engine, capacity=8)))
+    try:
+        out = subprocess.run(
+            [sys.executable, str(CLIENT), server.url, "--rate", "30", "--count", "90", "--deadline-ms", "1000",
+             "--seed", "1"],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=True,
+        )
+    finally:
+        server.close()
+    rows = json.loads(out.stdout)
+    ok = [r for r in rows if r["status"] == 200]
+    shed = [r for r in rows if r["status"] == 429]
+    late = [r for r in ok if r["client_ms"] > 1000]
+    print(f"cold 3x: {len(ok)} answered, {len(shed)} shed, client ms max "
+          f"{max(r['client_ms'] for r in ok):.0f}, late {late}")
+    assert len(ok) + len(shed) == 90, rows
+    assert len(ok) >= 20 and shed and all(r["retry_after"] for r in shed)
+    assert not late

@@ -85,6 +85,8 @@ class BudgetConfig(_Strict):
     prior_ttft_ms: float = Field(default=50.0, gt=0)
     prior_tpot_ms: float = Field(default=10.0, gt=0)
     safety: float = Field(default=1.15, ge=1.0)
+    cold_factor: float = Field(default=2.0, ge=1.0)  # priors count this much more until measured (fades)
+    ramp_start: int | None = Field(default=4, ge=1)  # a cold engine opens this many slots, +1 per reply
     max_loop_lag_ms: float = Field(
         default=100.0, gt=0
     )  # event-loop lag above this: the front end is saturated, 429
@@ -100,7 +102,10 @@ class BudgetConfig(_Strict):
 
     def estimator(self) -> EstimatorSettings:
         return EstimatorSettings(
-            prior_ttft_s=self.prior_ttft_ms / 1000, prior_tpot_s=self.prior_tpot_ms / 1000, safety=self.safety
+            prior_ttft_s=self.prior_ttft_ms / 1000,
+            prior_tpot_s=self.prior_tpot_ms / 1000,
+            safety=self.safety,
+            cold_factor=self.cold_factor,
         )
 
 

@@ -83,6 +83,7 @@ class Service:
             dict(capacities),
             config.budget.estimator(),
             config.budget.max_loop_lag_ms / 1000,
+            config.budget.ramp_start,
         )
         self.finalize_s = config.budget.finalize_ms / 1000
 
