@@ -256,7 +256,12 @@ def create_app(
     @app.get("/health", dependencies=[require_key])
     async def health(request: Request) -> dict[str, Any]:
         svc = service(request)
-        return {"status": "ok", "models": svc.models, "engines": {k: e.kind for k, e in svc.engines.items()}}
+        return {
+            "status": "ok",
+            "models": svc.models,
+            "engines": {k: e.kind for k, e in svc.engines.items()},
+            "min_thinking_tokens": {m: f.tokens for m, f in svc.floors.items()},
+        }
 
     @app.get("/version", dependencies=[require_key])
     async def version() -> dict[str, str]:
@@ -266,7 +271,10 @@ def create_app(
     async def models(request: Request) -> dict[str, Any]:
         svc = service(request)
         created = request.app.state.started
-        data = [model_card(m, created, engine=svc.engines[svc.engine_keys[m]].kind) for m in svc.models]
+        data = [
+            model_card(m, created, engine=svc.engines[svc.engine_keys[m]].kind, **svc.floors[m].card())
+            for m in svc.models
+        ]
         data.append(
             model_card(
                 AUTO_MODEL,

@@ -35,6 +35,7 @@ class ModelSpec(_Strict):
     base: str | None = None
     lora: str | None = None
     max_concurrency: int | None = Field(default=None, ge=1)
+    min_thinking_tokens: int | None = Field(default=None, ge=0)  # None: thinking_calibration.json, else 0
 
     @model_validator(mode="after")
     def _one_source(self) -> ModelSpec:
@@ -114,10 +115,11 @@ class EndpointConfig(_Strict):
     stream_interval: int = Field(
         default=1, ge=1
     )  # engine deltas every n tokens (non-streamed replies: larger)
+    below_min_thinking: Literal["shed", "fallback", "answer"] = "shed"  # the model's thinking floor unmet
 
 
 class EndpointsConfig(_Strict):
-    livestream: EndpointConfig = EndpointConfig(stream_interval=8)
+    livestream: EndpointConfig = EndpointConfig(stream_interval=8, below_min_thinking="fallback")
     chat: EndpointConfig = EndpointConfig(deadline_ms=30_000)
 
 

@@ -308,8 +308,10 @@ class BudgetController:
         max_tokens: int | None = None,
         thinking_allowed: bool = True,
         now: float | None = None,
+        min_thinking: int = 0,
     ) -> TokenBudget | Reject:
-        """``plan(deadline, queue_state)``: a token budget for the time left, or a refusal."""
+        """``plan(deadline, queue_state)``: a token budget for the time left, or a refusal. ``min_thinking``:
+        the model's thinking floor, which a probe gets (see below)."""
         if self.loop_lag.value > self.max_loop_lag_s:  # the front end (this process) is saturated
             return Reject(max(self.policy.min_retry_after_s, self.loop_lag.value), "frontend_saturated")
         q = queue or self.queue_state(engine)
@@ -327,12 +329,16 @@ class BudgetController:
         est_n = self.estimators[engine]
         learning = est_n.observations < est_n.settings.cold_observations
         free = q.running == 0 or (learning and q.running < q.capacity)
-        if isinstance(plan, Reject) and free and q.waiting == 0 and remaining_s > 0:
-            # An idle engine never refuses, nor a free slot while the estimates are still being learnt: they
-            # can be stale or pessimistic (a cold start), and only an admitted request refreshes them. The
-            # probe gets the minimal reply; the hard deadline bounds it.
+        short = isinstance(plan, TokenBudget) and plan.thinking_cap < min_thinking and learning
+        if (isinstance(plan, Reject) or short) and free and q.waiting == 0 and remaining_s > 0:
+            # An idle engine never refuses, nor a free slot while the estimates are still being learnt (nor
+            # does it then deny the thinking floor): they can be stale or pessimistic (a cold start), and only
+            # an admitted request refreshes them. The probe gets the model's thinking floor and the minimal
+            # reply; the hard deadline bounds it (a probe cut there gets the fallback reply, not a guess).
             cap = self.policy.max_tokens if max_tokens is None else min(max_tokens, self.policy.max_tokens)
-            return TokenBudget(0, max(1, min(self.policy.min_reply_tokens, cap)))
+            reply = max(1, min(self.policy.min_reply_tokens, cap))
+            thinking = max(0, min(min_thinking, cap - reply)) if thinking_allowed else 0
+            return TokenBudget(thinking, reply, probe=True)
         return plan
 
     def observe(
