@@ -58,6 +58,7 @@ class Job:
     deferred: bool = False  # accounting waits for ``Service.finish`` (the last byte sent); else at the end of run
     result: Result | None = None
     t_done: float | None = None  # monotonic: generation over, the result built
+    t_cut: float | None = None  # monotonic: the planned hard cut, when generation was cut there
     min_thinking: int = 0  # the model's thinking floor for this request (``quality.required_thinking``)
     quality_fallback: bool = False  # admitted to the fallback reply: the floor did not fit the deadline
 
@@ -401,6 +402,7 @@ class Service:
                         raise item.status
                     cut = item.status == "deadline"
                     if cut:
+                        job.t_cut = hard
                         m.aborts.labels(job.model, "deadline").inc()
             finally:
                 queue.release()
@@ -449,13 +451,15 @@ class Service:
 
     def finish(self, job: Job, t_sent: float) -> None:
         """The last byte of ``job``'s response has left at ``t_sent``: account its client-clock span (metrics,
-        deadline, A/B record) and teach the controller how long answers take to leave after generation."""
+        deadline, A/B record) and teach the controller how long answers take to leave after generation (after
+        the planned cut, for a cut reply: aborting and draining the engine count)."""
         r = job.result
         if r is None or not job.deferred:
             return  # no reply was produced (refused, cancelled, failed) or it was accounted already
         self.stamp(job, r, t_sent)
-        if job.t_done is not None:
-            self.controller.observe_send(t_sent - job.t_done)
+        end = job.t_cut if job.t_cut is not None else job.t_done  # a late cut counts too
+        if end is not None:
+            self.controller.observe_send(t_sent - end)
         self._record(job, r)
 
     async def complete(self, job: Job) -> Result:
