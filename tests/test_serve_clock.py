@@ -182,3 +182,19 @@ def test_deadline_holds_from_a_cold_start_under_overload():
     assert len(ok) + len(shed) == 90, rows
     assert len(ok) >= 20 and shed and all(r["retry_after"] for r in shed)
     assert not late
+
+
+def test_send_reserve_is_the_larger_of_finalize_and_the_measured_send_plus_the_loop_lag():
+    from livethink.serve.budget import BudgetPolicy
+    from livethink.serve.controller import BudgetController
+
+    c = BudgetController(BudgetPolicy(), {"e": 1}, max_loop_lag_s=0.1)
+    assert c.send_reserve(0.05) == pytest.approx(0.05)  # nothing measured yet
+    c.observe_send(0.08)
+    c.loop_lag.value = 0.02
+    assert c.send_reserve(0.05) == pytest.approx(0.10)  # 0.08 measured + 0.02 lag
+    c.observe_send(0.01)  # the mark decays by 0.98 per reply: 0.0784
+    assert c.send_reserve(0.05) == pytest.approx(0.0984)
+    c.observe_send(9.0)  # capped
+    c.loop_lag.value = 5.0  # capped at max_loop_lag_s
+    assert c.send_reserve(0.05) == pytest.approx(c.max_send_s + 0.1)
