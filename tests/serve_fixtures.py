@@ -75,8 +75,16 @@ class ServerThread:
     def __init__(self, app: Any, startup_timeout: float = 60.0):
         import uvicorn
 
+        from livethink.serve.clock import uvicorn_http
+
         self.config = uvicorn.Config(
-            app, host="127.0.0.1", port=0, log_level="warning", access_log=False, timeout_graceful_shutdown=2
+            app,
+            host="127.0.0.1",
+            port=0,
+            log_level="warning",
+            access_log=False,
+            timeout_graceful_shutdown=2,
+            http=uvicorn_http(),
         )
         self.server = uvicorn.Server(self.config)
         self.thread = threading.Thread(target=self.server.run, daemon=True)

@@ -182,9 +182,17 @@ def test_controller_plans_and_rejects_by_queue():
 def test_idle_engine_admits_a_probe_instead_of_refusing_forever():
     c = BudgetController(POLICY, {"e": 2})
     c.estimators["e"].observe(1, 1.4, 0.035, 2.0)  # a cold start: pessimistic estimates
+    # still learning (fewer than cold_observations replies): a free slot takes a probe too
+    assert c.plan("e", 0.4, QueueState(running=1, waiting=0, capacity=2)) == TokenBudget(0, 8, probe=True)
+    assert isinstance(c.plan("e", 0.4, QueueState(running=2, waiting=0, capacity=2)), Reject)
+    for _ in range(c.estimators["e"].settings.cold_observations):
+        c.estimators["e"].observe(1, 1.4, 0.035, 2.0)
     assert isinstance(c.plan("e", 0.4, QueueState(running=1, waiting=0, capacity=2)), Reject)
     probe = c.plan("e", 0.4, QueueState(running=0, waiting=0, capacity=2))
-    assert probe == TokenBudget(thinking_cap=0, reply_reserve=8)
+    assert probe == TokenBudget(thinking_cap=0, reply_reserve=8, probe=True)
+    # a probe gets the model's thinking floor (here 40 tokens), so that it answers well or falls back
+    floor = c.plan("e", 0.4, QueueState(running=0, waiting=0, capacity=2), min_thinking=40)
+    assert floor == TokenBudget(thinking_cap=40, reply_reserve=8, probe=True)
     c.loop_lag.value = 0.5  # a saturated front end refuses even when the engine is idle
     assert c.plan("e", 0.4, QueueState(0, 0, 2)).reason == "frontend_saturated"
 

@@ -303,7 +303,7 @@ def test_deadline_keeps_the_complete_sentences_of_a_cut_reply(tokenizer):
 def test_budget_forcing_under_a_tight_deadline(tokenizer):
     """A well-behaved engine gets a thinking cap and deadline that leave room for the reply."""
     engine = SlowEngine(tokenizer, token_s=0.01, think_words=10_000)
-    server, _ = _serve(tokenizer, engine)
+    server, _ = _serve(tokenizer, engine, **{"budget.cold_factor": 1.0})  # the priors as they are
     try:
         d = HTTP.post(
             f"{server.url}{LIVE}",

@@ -59,6 +59,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge-base-url")
     p.add_argument("--judge-model")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--thinking-caps", help="e.g. 0,16,32,64,128: correctness against the thinking cap (budget "
+                   "forcing) and the model's minimum thinking budget, saved beside the checkpoint")
+    p.add_argument("--min-thinking-ratio", type=float, default=0.9,
+                   help="the minimum thinking budget keeps this share of the uncapped correctness (default 0.9)")
+    p.add_argument("--calibration-out", help="where the thinking calibration goes (default: "
+                   "<model>/thinking_calibration.json; with several models, a directory)")
     p.add_argument("--out", default="runs/eval")
     p.add_argument("--note", help="a sentence shown at the top of the report (e.g. what the run is for)")
     return p
@@ -76,7 +82,17 @@ def main(argv: list[str] | None = None) -> int:
         print("error: --name must be given once per --model", file=sys.stderr)
         return 2
     from livethink.eval.harness import evaluate_model
+    from livethink.eval.thinking_curve import CALIBRATION_FILE, ThinkingCurve, parse_caps, save_curve
     from livethink.rewards.judge import make_judge
+
+    try:
+        caps = parse_caps(args.thinking_caps) if args.thinking_caps else ()
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    if not 0 < args.min_thinking_ratio <= 1:
+        print(f"error: --min-thinking-ratio must be in (0, 1], got {args.min_thinking_ratio}", file=sys.stderr)
+        return 2
 
     split_file = Path(args.data) / f"{args.split}.jsonl"
     if not split_file.is_file():
@@ -102,7 +118,20 @@ def main(argv: list[str] | None = None) -> int:
     for i, model_dir in enumerate(args.model):
         name = args.name[i] if args.name else Path(model_dir).name
         result, _, completions = evaluate_model(model_dir, tasks, judge, args.engine, args.max_tokens, args.latency_probes, name,
-                                                 calculator=args.calculator, device=args.device, dtype=args.dtype)
+                                                 calculator=args.calculator, device=args.device, dtype=args.dtype,
+                                                 thinking_caps=caps, min_thinking_ratio=args.min_thinking_ratio)
+        if "thinking_curve" in result:
+            data = {**result["thinking_curve"], "split": args.split,
+                    "command": "livethink eval " + shlex.join(argv if argv is not None else sys.argv[1:])}
+            result["thinking_curve"] = data
+            if args.calibration_out and len(args.model) > 1:
+                target = Path(args.calibration_out) / name.replace("/", "_")
+                target.mkdir(parents=True, exist_ok=True)
+            else:
+                target = Path(args.calibration_out or Path(model_dir) / CALIBRATION_FILE)
+            result["thinking_curve"]["saved_to"] = str(save_curve(ThinkingCurve(**{
+                **data, "caps": tuple(data["caps"]), "correct": tuple(data["correct"]),
+                "helpful": tuple(data["helpful"])}), target))
         results.append(result)
         with (completions_dir / f"{name.replace('/', '_')}.jsonl").open("w") as fh:
             for task_id, (text, finish) in completions.items():

@@ -45,6 +45,22 @@ def by_kind_table(results: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def curve_table(results: Sequence[dict[str, Any]]) -> str:
+    """Per model: correct share at each thinking cap, uncapped, and the minimum thinking budget."""
+    caps = sorted({c for r in results for c in r["thinking_curve"]["caps"]})
+    lines = ["| model | " + " | ".join(f"cap {c}" for c in caps) + " | uncapped | min thinking tokens |",
+             "|---|" + "---|" * (len(caps) + 2)]
+    for r in results:
+        c = r["thinking_curve"]
+        by_cap = dict(zip(c["caps"], c["correct"], strict=True))
+        cells = [_fmt(by_cap.get(cap), pct=True) for cap in caps]
+        floor = c["min_thinking_tokens"]
+        floor_text = "none reaches it" if floor is None else str(floor)
+        lines.append(f"| {r['name']} | " + " | ".join(cells) + f" | {_fmt(c['uncapped_correct'], pct=True)} | "
+                     f"{floor_text} ({c['ratio']:.0%} of uncapped) |")
+    return "\n".join(lines)
+
+
 def write_report(results: Sequence[dict[str, Any]], out_dir: str | Path, title: str, meta: dict[str, Any]) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -55,5 +71,8 @@ def write_report(results: Sequence[dict[str, Any]], out_dir: str | Path, title: 
           "tokenizer. Latency probed one request at a time on an idle engine.", "",
           overall_table(results), "", "## By question kind (correctness / helpfulness / mean total tokens)", "",
           by_kind_table(results), ""]
+    curves = [r for r in results if r.get("thinking_curve")]
+    if curves:
+        md += ["## Correctness against the thinking cap (budget forcing)", "", curve_table(curves), ""]
     (out / "eval.md").write_text("\n".join(md))
     return out / "eval.md"

@@ -1,6 +1,10 @@
 """FastAPI app: OpenAI-compatible chat completions (+ SSE), the livestream reply endpoint, health, models,
 Prometheus metrics, A/B outcome/summary endpoints, admin status. A thin layer over ``service.Service``.
 
+Deadlines and latency figures run on the client's clock (``clock.py``): from the request's first byte to the
+last byte of its response; metrics, ``deadline_met`` accounting and A/B records are taken once the response
+has left. The engine processes run at a lower CPU priority than this one (``engine.nice``, ``priority.py``).
+
 Every error is JSON ``{"error": {"message", "type", "param", "code"}}``: validation errors are 400s naming the
 field, unknown routes 404, anything unexpected a generic 500 without a stack trace (logged server-side).
 Bearer auth (``auth`` in the config): when API keys are set, every endpoint except ``auth.public_paths`` needs
@@ -27,6 +31,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from livethink import __version__
+from livethink.serve.clock import CLOCK_KEY, Clock, RequestClock
 from livethink.serve.config import ServeConfig
 from livethink.serve.engines import EngineSet, EngineStartError, start_engines
 from livethink.serve.errors import APIError, bad_request, not_found, validation_error
@@ -41,29 +46,14 @@ from livethink.serve.hooks import (
     UnavailableError,
 )
 from livethink.serve.metrics import CONTENT_TYPE_LATEST, ServeMetrics
+from livethink.serve.priority import deprioritize_children
 from livethink.serve.protocol import ChatCompletionRequest, LivestreamReplyRequest, model_card
 from livethink.serve.responses import chat_body, livestream_body, sse_chunks
-from livethink.serve.service import AUTO_MODEL, Result, Service
+from livethink.serve.service import AUTO_MODEL, Job, Result, Service
 
 log = logging.getLogger(__name__)
 SIMULATED_HEADER = "X-Livethink-Simulated"  # = livethink.ab_test.hooks.SIMULATED_HEADER (checked by a test)
 DISCONNECT_POLL_S = 0.05
-
-
-ARRIVAL_KEY = "livethink.arrival"
-
-
-class ArrivalTime:
-    """ASGI middleware: stamp each request with its arrival time (monotonic) before anything else runs, so
-    deadlines count from the moment the request reached the app, body parsing included."""
-
-    def __init__(self, app: Any):
-        self.app = app
-
-    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
-        if scope["type"] == "http":
-            scope[ARRIVAL_KEY] = time.monotonic()
-        await self.app(scope, receive, send)
 
 
 class ClientGone(Exception):
@@ -194,6 +184,12 @@ async def _until_disconnect(request: Request, coro: Any) -> Any:
             task.cancel()
 
 
+def _account_at_last_byte(svc: Service, job: Job, clock: Clock) -> None:
+    """Metrics, deadline accounting and the A/B record of ``job`` wait for its response's last byte."""
+    job.deferred = True
+    clock.on_sent(lambda t: svc.finish(job, t))
+
+
 def create_app(
     config: ServeConfig, engine_set: EngineSet | None = None, hooks: ServeHooks | None = None
 ) -> FastAPI:
@@ -228,8 +224,10 @@ def create_app(
         if h is not None and hasattr(h, "health"):
             metrics.registry.register(SpoolCollector(h))
         svc = Service(config, es.engines, es.engine_keys, es.capacities, h or NoExperiment(), metrics)
+        deprioritize_children(config.engine.nice)
         if config.engine.warmup:
             await svc.warmup()
+            deprioritize_children(config.engine.nice)  # threads the engines started on their first requests
         app.state.service = svc
         app.state.engine_fallback = es.fallback_reason
         app.state.started = int(time.time())
@@ -255,11 +253,19 @@ def create_app(
     app.state.config = config
     app.state.exit_on_engine_error = False
     app.state.auth_keys = config.auth.keys()
-    app.add_middleware(ArrivalTime)
+
+    def loop_lag() -> float:
+        svc = getattr(app.state, "service", None)
+        return svc.controller.loop_lag.value if svc is not None else 0.0
+
+    app.add_middleware(RequestClock, lag=loop_lag)
     _install_error_handlers(app)
 
     def service(request: Request) -> Service:
         return request.app.state.service
+
+    def clock(request: Request) -> Clock:
+        return request.scope[CLOCK_KEY]
 
     def simulated(request: Request) -> bool:
         return request.headers.get(SIMULATED_HEADER) == "1"
@@ -274,6 +280,7 @@ def create_app(
             # engine.kind auto: why vLLM is not serving (null when it is, or when transformers was asked for)
             "engine_fallback": request.app.state.engine_fallback,
             "reasoning": {m: svc.reasoning_format(m).to_dict() for m in svc.models},
+            "min_thinking_tokens": {m: f.tokens for m, f in svc.floors.items()},
         }
         ab = svc.hooks.health() if hasattr(svc.hooks, "health") else None
         if ab is not None:  # the A/B write path: a failing store or a full spool degrades, never fails, health
@@ -289,7 +296,10 @@ def create_app(
     async def models(request: Request) -> dict[str, Any]:
         svc = service(request)
         created = request.app.state.started
-        data = [model_card(m, created, engine=svc.engines[svc.engine_keys[m]].kind) for m in svc.models]
+        data = [
+            model_card(m, created, engine=svc.engines[svc.engine_keys[m]].kind, **svc.floors[m].card())
+            for m in svc.models
+        ]
         data.append(
             model_card(
                 AUTO_MODEL,
@@ -309,7 +319,9 @@ def create_app(
     async def livestream_reply(request: Request) -> JSONResponse:
         body: LivestreamReplyRequest = await _parse(request, LivestreamReplyRequest)
         svc = service(request)
-        job = svc.prepare_livestream(body, simulated(request), request.scope.get(ARRIVAL_KEY))
+        c = clock(request)
+        job = svc.prepare_livestream(body, simulated(request), c.arrival)
+        _account_at_last_byte(svc, job, c)
         svc.admit(job)
         try:
             r: Result = await _until_disconnect(request, svc.complete(job))
@@ -317,14 +329,16 @@ def create_app(
             return JSONResponse(
                 {"error": {"message": "client disconnected", "type": "cancelled"}}, status_code=499
             )
-        return JSONResponse(livestream_body(job, body, r))
+        return JSONResponse(livestream_body(job, body, svc.stamp(job, r)))
 
     @app.post("/v1/chat/completions", dependencies=[require_key])
     @_guard
     async def chat_completions(request: Request) -> Response:
         body: ChatCompletionRequest = await _parse(request, ChatCompletionRequest)
         svc = service(request)
-        job = svc.prepare_chat(body, simulated(request), request.scope.get(ARRIVAL_KEY))
+        c = clock(request)
+        job = svc.prepare_chat(body, simulated(request), c.arrival)
+        _account_at_last_byte(svc, job, c)
         svc.admit(job)
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
@@ -339,7 +353,7 @@ def create_app(
             return JSONResponse(
                 {"error": {"message": "client disconnected", "type": "cancelled"}}, status_code=499
             )
-        return JSONResponse(chat_body(job, r, body.include_reasoning))
+        return JSONResponse(chat_body(job, svc.stamp(job, r), body.include_reasoning))
 
     @app.post("/v1/ab/outcomes", dependencies=[require_key])
     @_guard

@@ -77,6 +77,7 @@ class TokenBudget:
     thinking_cap: int
     reply_reserve: int
     thinking_deadline: float | None = None
+    probe: bool = False  # granted although the estimates said no (they may be stale); the hard cut bounds it
 
     @property
     def max_tokens(self) -> int:
@@ -127,13 +128,14 @@ def split_budget(
     return thinking, reply
 
 
-def retry_after(remaining_s: float, est: Estimates, policy: BudgetPolicy) -> float:
-    """Seconds until a request with the same deadline would likely fit: the shortfall of the queue wait.
+def retry_after(remaining_s: float, est: Estimates, policy: BudgetPolicy, tokens: int | None = None) -> float:
+    """Seconds until a request with the same deadline would likely fit ``tokens`` output tokens (default: the
+    minimal reply): the shortfall of the queue wait.
 
     If the deadline cannot be met even with an empty queue, the full wait is suggested (a retry needs a
     longer deadline anyway); never less than ``policy.min_retry_after_s``.
     """
-    needed = time_needed(max(policy.min_reply_tokens, 1), est, policy.margin_s)
+    needed = time_needed(max(policy.min_reply_tokens, 1) if tokens is None else tokens, est, policy.margin_s)
     fits_when_idle = needed - est.wait <= remaining_s
     delay = needed - remaining_s if fits_when_idle else est.wait
     return max(policy.min_retry_after_s, delay)

@@ -66,6 +66,7 @@ def main(argv: list[str] | None = None) -> int:
     import uvicorn
 
     from livethink.serve.app import create_app
+    from livethink.serve.clock import uvicorn_http
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     level = config.server.log_level
@@ -79,6 +80,7 @@ def main(argv: list[str] | None = None) -> int:
         log_level=level,
         access_log=False,
         timeout_graceful_shutdown=5,
+        http=uvicorn_http(),  # stamps each request at its first byte (the deadline counts from there)
     )
     return 0
 

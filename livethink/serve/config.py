@@ -39,6 +39,7 @@ class ModelSpec(_Strict):
     # reasoning delimiters: auto (checkpoint's reasoning_format.json, else the tokenizer), think, none, or
     # {start, end} (strings of any token length); see livethink.data.reasoning_format
     reasoning: str | dict[str, str] = "auto"
+    min_thinking_tokens: int | None = Field(default=None, ge=0)  # None: thinking_calibration.json, else 0
 
     @field_validator("reasoning")
     @classmethod
@@ -76,6 +77,7 @@ class EngineConfig(_Strict):
     )  # requests running at once per vLLM engine (the rest queue)
     transformers_threads: int | None = Field(default=None, ge=1)
     warmup: bool = True  # a few short generations at start seed the latency estimates
+    nice: int = Field(default=10, ge=0, le=39)  # engine processes run this much nicer than the front end
     calculator: bool = False  # digits after a written-out sum's "=" come from a calculator (livethink.calculator)
 
 
@@ -94,6 +96,8 @@ class BudgetConfig(_Strict):
     prior_ttft_ms: float = Field(default=50.0, gt=0)
     prior_tpot_ms: float = Field(default=10.0, gt=0)
     safety: float = Field(default=1.15, ge=1.0)
+    cold_factor: float = Field(default=2.0, ge=1.0)  # priors count this much more until measured (fades)
+    ramp_start: int | None = Field(default=4, ge=1)  # a cold engine opens this many slots, +1 per reply
     max_loop_lag_ms: float = Field(
         default=100.0, gt=0
     )  # event-loop lag above this: the front end is saturated, 429
@@ -109,7 +113,10 @@ class BudgetConfig(_Strict):
 
     def estimator(self) -> EstimatorSettings:
         return EstimatorSettings(
-            prior_ttft_s=self.prior_ttft_ms / 1000, prior_tpot_s=self.prior_tpot_ms / 1000, safety=self.safety
+            prior_ttft_s=self.prior_ttft_ms / 1000,
+            prior_tpot_s=self.prior_tpot_ms / 1000,
+            safety=self.safety,
+            cold_factor=self.cold_factor,
         )
 
 
@@ -118,10 +125,11 @@ class EndpointConfig(_Strict):
     stream_interval: int = Field(
         default=1, ge=1
     )  # engine deltas every n tokens (non-streamed replies: larger)
+    below_min_thinking: Literal["shed", "fallback", "answer"] = "shed"  # the model's thinking floor unmet
 
 
 class EndpointsConfig(_Strict):
-    livestream: EndpointConfig = EndpointConfig(stream_interval=8)
+    livestream: EndpointConfig = EndpointConfig(stream_interval=8, below_min_thinking="fallback")
     chat: EndpointConfig = EndpointConfig(deadline_ms=30_000)
 
 

@@ -56,6 +56,11 @@ def ewma(previous: float | None, value: float, alpha: float) -> float:
     return value if previous is None else (1 - alpha) * previous + alpha * value
 
 
+def decaying_max(previous: float | None, value: float, decay: float) -> float:
+    """A high-water mark that forgets: ``max(value, decay · previous)`` (0 < decay < 1)."""
+    return value if previous is None else max(value, decay * previous)
+
+
 def queue_wait(waiting: int, running: int, capacity: int, service_s: float) -> float:
     """Expected wait for a slot of a new request: 0 if a slot is free, else ``(waiting + 1) · S / capacity``
     (one of ``capacity`` slots frees every ``S / capacity`` seconds on average)."""
@@ -72,10 +77,11 @@ class SlotQueue:
     arrivals sees the queue it is about to form, not the one of a moment ago.
     """
 
-    def __init__(self, capacity: int):
+    def __init__(self, capacity: int, start: int | None = None):
         if capacity < 1:
             raise ValueError(f"max_concurrency must be >= 1, got {capacity}")
-        self.capacity = capacity
+        self.max_capacity = capacity
+        self.capacity = capacity if start is None else max(1, min(capacity, start))  # slots open now
         self.running = 0
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
         self._reserved: dict[str, float] = {}  # request id -> monotonic time the reservation lapses
@@ -112,6 +118,15 @@ class SlotQueue:
                 self.release()  # handed a slot while being cancelled: pass it on
             raise
 
+    def open_slots(self, capacity: int) -> None:
+        """Open slots up to ``capacity`` (never more than ``max_capacity``, never fewer than now): the
+        ramp-up of a cold engine. Waiting requests get the new slots at once."""
+        capacity = min(self.max_capacity, capacity)
+        while self.capacity < capacity:
+            self.capacity += 1
+            self.running += 1
+            self.release()  # hands the new slot to a waiter, or gives it back as free
+
     def release(self) -> None:
         while self._waiters:
             fut = self._waiters.popleft()
@@ -135,6 +150,15 @@ class EstimatorSettings:
     safety: float = 1.15  # predictions are multiplied by max(safety, 1 + spread_k · relative spread)
     spread_k: float = 1.5
     max_factor: float = 2.5
+    cold_factor: float = 1.0  # before any measurement the priors count this much more (serve config: 2) ...
+    cold_observations: int = 16  # ... fading linearly to 1 over this many finished requests
+
+
+def cold_factor(observations: int, factor: float, n: int) -> float:
+    """1 + (factor − 1)·(1 − observations/n) while observations < n, then 1: conservative before measuring."""
+    if n <= 0 or observations >= n:
+        return 1.0
+    return 1.0 + (factor - 1.0) * (1.0 - observations / n)
 
 
 def safety_factor(rel_var: float | None, safety: float, k: float, cap: float) -> float:
@@ -183,9 +207,10 @@ class EngineEstimator:
         factor; ``tpot_hi`` times the spread factor max(safety, 1 + k·σ) (used to time the reply reserve)."""
         s = self.settings
         ttft, tpot = self._raw(load)
-        f_ttft = safety_factor(self.ttft_var, s.safety, s.spread_k, s.max_factor)
-        f_tpot = safety_factor(self.tpot_var, s.safety, s.spread_k, s.max_factor)
-        return ttft * f_ttft, max(tpot * s.safety, 1e-4), max(tpot * f_tpot, 1e-4)
+        cold = cold_factor(self.observations, s.cold_factor, s.cold_observations)
+        f_ttft = safety_factor(self.ttft_var, s.safety, s.spread_k, s.max_factor) * cold
+        f_tpot = safety_factor(self.tpot_var, s.safety, s.spread_k, s.max_factor) * cold
+        return ttft * f_ttft, max(tpot * s.safety * cold, 1e-4), max(tpot * f_tpot, 1e-4)
 
     def service_time(self, default: float) -> float:
         return self.service_s if self.service_s is not None else default
@@ -230,14 +255,31 @@ class BudgetController:
         capacities: dict[str, int],
         estimator: EstimatorSettings | None = None,
         max_loop_lag_s: float = 0.15,
+        ramp_start: int | None = None,
     ):
+        """``ramp_start``: a cold engine opens this many slots, one more per finished request (slow start,
+        as TCP does), up to its capacity; None opens them all at once."""
         self.policy = policy
         self.estimators = {
             name: EngineEstimator(replace(estimator or EstimatorSettings())) for name in capacities
         }
-        self.queues = {name: SlotQueue(cap) for name, cap in capacities.items()}
+        self.ramp_start = ramp_start
+        self.queues = {name: SlotQueue(cap, ramp_start) for name, cap in capacities.items()}
         self.loop_lag = LoopLag()
         self.max_loop_lag_s = max_loop_lag_s
+        self.send_s: float | None = None  # decaying max of (last byte sent − generation over), seconds
+        self.send_decay = 0.98  # per reply: an outlier counts half after ~35 replies
+        self.max_send_s = 0.25
+
+    def observe_send(self, seconds: float) -> None:
+        """Time a finished reply took to leave (serialization, the event loop, A/B logging, the socket)."""
+        self.send_s = decaying_max(self.send_s, min(max(0.0, seconds), self.max_send_s), self.send_decay)
+
+    def send_reserve(self, finalize_s: float) -> float:
+        """Seconds to keep before the deadline for the answer to leave: the configured ``finalize_s`` or the
+        measured high-water mark, whichever is larger, plus the event loop's current lag (capped)."""
+        lag = min(self.loop_lag.value, self.max_loop_lag_s)
+        return max(finalize_s, self.send_s or 0.0) + lag
 
     def queue_state(self, engine: str) -> QueueState:
         q = self.queues[engine]
@@ -266,8 +308,10 @@ class BudgetController:
         max_tokens: int | None = None,
         thinking_allowed: bool = True,
         now: float | None = None,
+        min_thinking: int = 0,
     ) -> TokenBudget | Reject:
-        """``plan(deadline, queue_state)``: a token budget for the time left, or a refusal."""
+        """``plan(deadline, queue_state)``: a token budget for the time left, or a refusal. ``min_thinking``:
+        the model's thinking floor, which a probe gets (see below)."""
         if self.loop_lag.value > self.max_loop_lag_s:  # the front end (this process) is saturated
             return Reject(max(self.policy.min_retry_after_s, self.loop_lag.value), "frontend_saturated")
         q = queue or self.queue_state(engine)
@@ -282,17 +326,28 @@ class BudgetController:
             thinking_allowed=thinking_allowed,
             now=now,
         )
-        if isinstance(plan, Reject) and q.running == 0 and q.waiting == 0 and remaining_s > 0:
-            # An idle engine never refuses: estimates can be stale or pessimistic (a cold start), and only an
-            # admitted request refreshes them. The probe gets the minimal reply; the hard deadline bounds it.
+        est_n = self.estimators[engine]
+        learning = est_n.observations < est_n.settings.cold_observations
+        free = q.running == 0 or (learning and q.running < q.capacity)
+        short = isinstance(plan, TokenBudget) and plan.thinking_cap < min_thinking and learning
+        if (isinstance(plan, Reject) or short) and free and q.waiting == 0 and remaining_s > 0:
+            # An idle engine never refuses, nor a free slot while the estimates are still being learnt (nor
+            # does it then deny the thinking floor): they can be stale or pessimistic (a cold start), and only
+            # an admitted request refreshes them. The probe gets the model's thinking floor and the minimal
+            # reply; the hard deadline bounds it (a probe cut there gets the fallback reply, not a guess).
             cap = self.policy.max_tokens if max_tokens is None else min(max_tokens, self.policy.max_tokens)
-            return TokenBudget(0, max(1, min(self.policy.min_reply_tokens, cap)))
+            reply = max(1, min(self.policy.min_reply_tokens, cap))
+            thinking = max(0, min(min_thinking, cap - reply)) if thinking_allowed else 0
+            return TokenBudget(thinking, reply, probe=True)
         return plan
 
     def observe(
         self, engine: str, *, load: float, ttft_s: float | None, tpot_s: float | None, service_s: float | None
     ) -> None:
-        self.estimators[engine].observe(load, ttft_s, tpot_s, service_s)
+        est = self.estimators[engine]
+        est.observe(load, ttft_s, tpot_s, service_s)
+        if self.ramp_start is not None:
+            self.queues[engine].open_slots(self.ramp_start + est.observations)
 
     def snapshot(self) -> dict[str, dict]:
         out = {}
@@ -308,6 +363,7 @@ class BudgetController:
                 "estimated_tpot_ms": round(est.tpot * 1000, 3),
                 "estimated_tpot_hi_ms": round(est.tpot_reply * 1000, 3),
                 "loop_lag_ms": round(self.loop_lag.value * 1000, 2),
+                "send_ms": None if self.send_s is None else round(self.send_s * 1000, 2),
                 "at": time.time(),
             }
         return out

@@ -42,6 +42,7 @@ class Result:
     budget: TokenBudget | None
     cut_at_deadline: bool = False
     status: str = "ok"
+    fallback_reason: str | None = None  # deadline | no_reply | below_min_thinking
 
     @property
     def reply_tokens(self) -> int:

@@ -114,6 +114,12 @@ class ServeMetrics:
         self.fallbacks = Counter(
             "livethink_fallbacks", "Replies replaced by the fallback at the hard deadline", LABELS, registry=r
         )
+        self.below_floor = Counter(
+            "livethink_below_min_thinking",
+            "Requests whose thinking budget fell below the model's floor, by what was done (shed, fallback)",
+            (*LABELS, "action"),
+            registry=r,
+        )
         self.aborts = Counter(
             "livethink_engine_aborts", "Engine requests aborted", ("model", "reason"), registry=r
         )

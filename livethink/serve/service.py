@@ -22,7 +22,7 @@ from livethink.data.prompt import build_messages
 from livethink.data.reasoning_format import ReasoningFormat
 from livethink.data.schema import Reference, Task
 from livethink.rewards.parse import parse_completion
-from livethink.serve.budget import Reject, TokenBudget
+from livethink.serve.budget import Reject, TokenBudget, retry_after
 from livethink.serve.config import ServeConfig
 from livethink.serve.controller import BudgetController, QueueState
 from livethink.serve.engines.base import Engine, GenerationRequest, SamplingOptions
@@ -31,6 +31,7 @@ from livethink.serve.generation import Done, End, Piece, Progress, Result, produ
 from livethink.serve.hooks import ArmChoice, NoExperiment, ResponseRecord, ServeHooks, UnknownArmError
 from livethink.serve.metrics import ServeMetrics, arm_label
 from livethink.serve.protocol import ChatCompletionRequest, LivestreamReplyRequest
+from livethink.serve.quality import floor_for, required_thinking
 from livethink.serve.reasoning import ThinkSplitter, usable_reply
 
 log = logging.getLogger(__name__)
@@ -55,6 +56,12 @@ class Job:
     reply_reserve: int | None = None
     simulated: bool = False
     created: int = field(default_factory=lambda: int(time.time()))
+    deferred: bool = False  # accounting waits for ``Service.finish`` (the last byte sent); else at the end of run
+    result: Result | None = None
+    t_done: float | None = None  # monotonic: generation over, the result built
+    t_cut: float | None = None  # monotonic: the planned hard cut, when generation was cut there
+    min_thinking: int = 0  # the model's thinking floor for this request (``quality.required_thinking``)
+    quality_fallback: bool = False  # admitted to the fallback reply: the floor did not fit the deadline
 
     @property
     def labels(self) -> tuple[str, str, str]:
@@ -81,8 +88,10 @@ class Service:
             dict(capacities),
             config.budget.estimator(),
             config.budget.max_loop_lag_ms / 1000,
+            config.budget.ramp_start,
         )
         self.finalize_s = config.budget.finalize_ms / 1000
+        self.floors = {m: floor_for(config, m) for m in self.engine_keys}
 
     @property
     def models(self) -> list[str]:
@@ -238,8 +247,13 @@ class Service:
         )
 
     # -- admission --------------------------------------------------------------------------------------
+    def hard_cut(self, job: Job) -> float:
+        """Monotonic time at which generation stops: the deadline less the time the response needs to leave
+        (``finalize_ms`` or the measured tail, whichever is larger) and the event loop's current lag."""
+        return job.arrival + job.deadline_ms / 1000 - self.controller.send_reserve(self.finalize_s)
+
     def _plan(self, job: Job, now: float, queue: QueueState | None = None) -> TokenBudget | Reject:
-        remaining = job.arrival + job.deadline_ms / 1000 - now
+        remaining = self.hard_cut(job) - now
         room = self.config.engine.max_model_len - len(job.prompt_ids)
         max_tokens = min(job.max_tokens or room, room)
         return self.controller.plan(
@@ -251,20 +265,52 @@ class Service:
             max_tokens=max_tokens,
             thinking_allowed=job.thinking,
             now=now,
+            min_thinking=job.min_thinking,
         )
 
+    def below_floor(self, job: Job, plan: TokenBudget) -> bool:
+        """The plan's thinking cap is under the model's floor (probes are exempt: they carry the floor)."""
+        return not plan.probe and plan.thinking_cap < job.min_thinking
+
+    def _below_floor_action(self, job: Job) -> str:
+        return getattr(self.config.endpoints, job.endpoint).below_min_thinking
+
     def admit(self, job: Job) -> None:
-        """Refuse at once (429 + Retry-After) if the deadline cannot be met given the queue."""
-        plan = self._plan(job, time.monotonic())
+        """Refuse at once (429 + Retry-After) if the deadline cannot be met given the queue, or if the model's
+        thinking floor does not fit and the endpoint sheds then; with ``fallback`` it is marked for the
+        fallback reply instead."""
+        floor = self.floors[job.model].tokens
+        job.min_thinking = required_thinking(floor, job.thinking, job.max_thinking)
+        now = time.monotonic()
+        plan = self._plan(job, now)
         if job.viewer_id:
             self.hooks.on_exposure(job.viewer_id, job.choice, job.request_id, job.simulated)
+        action = self._below_floor_action(job)
+        if isinstance(plan, TokenBudget) and self.below_floor(job, plan) and action != "answer":
+            self.metrics.below_floor.labels(*job.labels, action).inc()
+            if action == "fallback":
+                job.quality_fallback = True
+                return
+            est = self.controller.estimates(job.engine_key)
+            tokens = job.min_thinking + self.config.budget.min_reply_tokens
+            wait = retry_after(self.hard_cut(job) - now, est, self.controller.policy, tokens)
+            self._refuse(job, "below_min_thinking")
+            raise overloaded(
+                f"deadline_ms: {job.deadline_ms} ms leaves {plan.thinking_cap} thinking tokens at the current "
+                f"load, below the {job.min_thinking} that model {job.model!r} needs to answer reliably "
+                f"(min_thinking_tokens); retry after {wait:.1f} s",
+                wait,
+                "deadline_ms",
+                {
+                    "experiment": job.choice.experiment,
+                    "arm": job.choice.arm,
+                    "reason": "below_min_thinking",
+                    "min_thinking_tokens": job.min_thinking,
+                    "thinking_cap": plan.thinking_cap,
+                },
+            )
         if isinstance(plan, Reject):
-            m = self.metrics
-            m.rejections.labels(*job.labels, plan.reason).inc()
-            m.requests.labels(*job.labels, "rejected").inc()
-            if job.viewer_id:
-                rec = ResponseRecord((time.monotonic() - job.arrival) * 1000, None, 0, False, "rejected")
-                self.hooks.on_response(job.viewer_id, job.choice, job.request_id, rec, job.simulated)
+            self._refuse(job, plan.reason)
             why = (
                 "the server is saturated"
                 if plan.reason == "frontend_saturated"
@@ -275,19 +321,28 @@ class Service:
                 f"{plan.retry_after_s:.1f} s",
                 plan.retry_after_s,
                 "deadline_ms",
-                {"experiment": job.choice.experiment, "arm": job.choice.arm},
+                {"experiment": job.choice.experiment, "arm": job.choice.arm, "reason": plan.reason},
             )
         self.controller.queues[job.engine_key].reserve(job.request_id, job.arrival + job.deadline_ms / 1000)
+
+    def _refuse(self, job: Job, reason: str) -> None:
+        m = self.metrics
+        m.rejections.labels(*job.labels, reason).inc()
+        m.requests.labels(*job.labels, "rejected").inc()
+        if job.viewer_id:
+            rec = ResponseRecord((time.monotonic() - job.arrival) * 1000, None, 0, False, "rejected")
+            self.hooks.on_response(job.viewer_id, job.choice, job.request_id, rec, job.simulated)
 
     # -- running ----------------------------------------------------------------------------------------
     async def run(self, job: Job) -> AsyncIterator[Piece | Done]:
         """Wait for an engine slot, generate within the deadline, stream pieces, end with ``Done``."""
+        if job.quality_fallback:
+            yield self._done(job, self._quality_fallback(job, 0.0))
+            return
         engine = self.engines[job.engine_key]
         queue = self.controller.queues[job.engine_key]
         m = self.metrics
-        # the cut fires early by the event loop's current lag, so that the answer still leaves on time
-        lag = min(self.controller.loop_lag.value, self.controller.max_loop_lag_s)
-        hard = job.arrival + job.deadline_ms / 1000 - self.finalize_s - lag
+        hard = self.hard_cut(job)  # early enough for the answer to leave by the deadline
         progress = Progress(
             ThinkSplitter(phase="reasoning" if job.thinking else "reply", fmt=self.reasoning_format(job.model))
         )
@@ -312,7 +367,14 @@ class Service:
             load_start = queue.running
             try:
                 plan = self._plan(job, t_start, QueueState(queue.running - 1, 0, queue.capacity))
-                if isinstance(plan, TokenBudget):  # else the wait ate the budget: nothing fits any more
+                if (
+                    isinstance(plan, TokenBudget)
+                    and self.below_floor(job, plan)
+                    and self._below_floor_action(job) != "answer"
+                ):  # the wait ate the floor: the honest fallback (a 429 may be too late to help)
+                    m.below_floor.labels(*job.labels, "fallback").inc()
+                    job.quality_fallback = True
+                elif isinstance(plan, TokenBudget):  # else the wait ate the budget: nothing fits any more
                     budget = plan
                     request = GenerationRequest(
                         job.request_id, job.model, job.prompt_ids, job.sampling, job.thinking
@@ -348,15 +410,65 @@ class Service:
                         raise item.status
                     cut = item.status == "deadline"
                     if cut:
+                        job.t_cut = hard
                         m.aborts.labels(job.model, "deadline").inc()
             finally:
                 queue.release()
                 m.in_flight.labels(job.model).dec()
+        if job.quality_fallback:
+            yield self._done(job, self._quality_fallback(job, queue_s))
+            return
         for piece in progress.flush(time.monotonic()):
             yield piece
-        result = self._result(job, progress, cut, budget, queue_s)
-        self._record(job, result)
-        yield Done(result)
+        yield self._done(job, self._result(job, progress, cut, budget, queue_s))
+
+    def _done(self, job: Job, result: Result) -> Done:
+        job.result, job.t_done = result, time.monotonic()
+        if not job.deferred:
+            self._record(job, result)
+        return Done(result)
+
+    def _quality_fallback(self, job: Job, queue_s: float) -> Result:
+        """The configured fallback reply, without generating: the thinking floor does not fit the deadline."""
+        e2e = time.monotonic() - job.arrival
+        return Result(
+            reasoning="",
+            reply=self.config.budget.fallback_reply,
+            finish_reason="stop",
+            fallback=True,
+            forced_end_of_thinking=False,
+            deadline_met=e2e <= job.deadline_ms / 1000,
+            prompt_tokens=len(job.prompt_ids),
+            reasoning_tokens=0,
+            completion_tokens=0,
+            queue_ms=round(queue_s * 1000, 2),
+            first_token_ms=None,
+            first_reply_token_ms=None,
+            e2e_ms=round(e2e * 1000, 2),
+            budget=None,
+            status="fallback",
+            fallback_reason="below_min_thinking",
+        )
+
+    def stamp(self, job: Job, r: Result, now: float | None = None) -> Result:
+        """Bring ``e2e_ms`` / ``deadline_met`` up to ``now`` (call right before serializing the response)."""
+        e2e = (time.monotonic() if now is None else now) - job.arrival
+        r.e2e_ms = round(e2e * 1000, 2)
+        r.deadline_met = e2e <= job.deadline_ms / 1000
+        return r
+
+    def finish(self, job: Job, t_sent: float) -> None:
+        """The last byte of ``job``'s response has left at ``t_sent``: account its client-clock span (metrics,
+        deadline, A/B record) and teach the controller how long answers take to leave after generation (after
+        the planned cut, for a cut reply: aborting and draining the engine count)."""
+        r = job.result
+        if r is None or not job.deferred:
+            return  # no reply was produced (refused, cancelled, failed) or it was accounted already
+        self.stamp(job, r, t_sent)
+        end = job.t_cut if job.t_cut is not None else job.t_done  # a late cut counts too
+        if end is not None:
+            self.controller.observe_send(t_sent - end)
+        self._record(job, r)
 
     async def complete(self, job: Job) -> Result:
         async for event in self.run(job):
@@ -425,6 +537,7 @@ class Service:
             budget=budget,
             cut_at_deadline=cut,
             status="fallback" if fallback else "ok",
+            fallback_reason=("deadline" if cut else "no_reply") if fallback else None,
         )
 
     def _record(self, job: Job, r: Result) -> None:
