@@ -47,7 +47,9 @@ def load_compression(results_dir: str | Path, eval_report: str | Path | None) ->
     md, js = d / "compression.md", d / "compression.json"
     png = next((p for p in (d / "compression.png", d / "compression_correctness.png") if p.is_file()), d / "compression.png")
     if md.is_file():
-        table = md.read_text(encoding="utf-8", errors="replace")
+        # the report's own image links are relative to its folder; the tab shows the plot above the table instead
+        table = "\n".join(line for line in md.read_text(encoding="utf-8", errors="replace").splitlines()
+                          if not line.startswith("!["))  # fmt: skip
     elif js.is_file():
         try:
             rows = _rows(json.loads(js.read_text()))

@@ -94,13 +94,16 @@ def open_tab(driver: Any, tab: str) -> None:
     button.click()
 
 
-def ask(driver: Any, question: str, timeout_s: float = 60, budget_ms: int | None = None) -> tuple[str, str]:
-    """Type a question in the Live reply tab (and the latency budget), press Ask, wait for arm A's numbers;
-    returns (chat A text, stats A text)."""
+def ask(driver: Any, question: str, timeout_s: float = 60, budget_ms: int | None = None,
+        mode: str | None = None) -> tuple[str, str]:  # fmt: skip
+    """Type a question in the Live reply tab (and the latency budget; ``mode``: who answers, e.g. "Arm A"),
+    press Ask, wait for arm A's numbers; returns (chat A text, stats A text)."""
     from selenium.webdriver.common.by import By
     from selenium.webdriver.common.keys import Keys
 
     open_tab(driver, "live")
+    if mode is not None:
+        driver.find_element(By.XPATH, f"//*[@id='mode']//label[normalize-space(.)='{mode}']").click()
     if budget_ms is not None:
         num = driver.find_element(By.CSS_SELECTOR, "#budget input[type=number]")
         num.send_keys(Keys.CONTROL, "a")
@@ -156,15 +159,20 @@ def save_png(driver: Any, path: str | Path, width: int = 960) -> Path:
 
 
 def capture_tabs(
-    driver: Any, out_dirs: list[Path], prefix: str = "demo", timeout_s: float = 60
-) -> dict[str, list[Path]]:
+    driver: Any, out_dirs: list[Path], prefix: str = "demo", timeout_s: float = 60,
+    only: set[str] | None = None,
+) -> dict[str, list[Path]]:  # fmt: skip
     """Screenshots of the Compression and Experiment tabs (after Refresh), then back to Live reply."""
     from selenium.webdriver.common.by import By
 
     shots: dict[str, list[Path]] = {}
-    open_tab(driver, "compression")
-    wait_for(driver, lambda d: text_of(d, "#compression-table").strip(), 20, "the compression table")
-    shots["compression"] = [save_png(driver, d / f"{prefix}_compression.png") for d in out_dirs]
+    if only is None or "compression" in only:
+        open_tab(driver, "compression")
+        wait_for(driver, lambda d: text_of(d, "#compression-table").strip(), 20, "the compression table")
+        shots["compression"] = [save_png(driver, d / f"{prefix}_compression.png") for d in out_dirs]
+    if only is not None and "experiment" not in only:
+        open_tab(driver, "live")
+        return shots
     open_tab(driver, "experiment")
     driver.find_element(By.CSS_SELECTOR, "#experiment-refresh").click()
     wait_for(driver, lambda d: "Verdict" in text_of(d, "#experiment-verdict") or "⚠" in text_of(d, "#experiment-verdict"),
@@ -184,14 +192,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--question", default="How much is it right now with the livestream discount?")
     parser.add_argument("--budget", type=int, help="latency budget to set (ms; default: leave the slider)")
     parser.add_argument("--timeout", type=float, default=120, help="seconds to wait for a reply")
+    parser.add_argument("--mode", choices=["Arm A", "Arm B", "A and B side by side"],
+                        help="who answers (default: leave the app's choice, both side by side)")
+    parser.add_argument("--tabs", default="live,compression,experiment",
+                        help="which tabs to capture (comma-separated)")
     args = parser.parse_args(argv)
     out = Path(args.out)
+    tabs = set(args.tabs.split(","))
     with chromium() as driver:
         open_app(driver, args.url)
-        ask(driver, args.question, args.timeout, args.budget)
-        paths = [save_png(driver, out / "demo_live_reply.png")]
-        for ps in capture_tabs(driver, [out], timeout_s=args.timeout).values():
-            paths += ps
+        paths = []
+        if "live" in tabs:
+            ask(driver, args.question, args.timeout, args.budget, args.mode)
+            paths.append(save_png(driver, out / "demo_live_reply.png"))
+        if tabs & {"compression", "experiment"}:
+            for ps in capture_tabs(driver, [out], timeout_s=args.timeout, only=tabs).values():
+                paths += ps
     for p in paths:
         print(p)
     return 0
