@@ -17,7 +17,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "models": ("livethink.models.cli", "train the tokenizer, create the tiny MoE student, count parameters"),
     "teacher": ("livethink.rft_distill.teacher_cli", "sample k reasoning traces per prompt from a teacher"),
     "rft": ("livethink.rft_distill.cli", "stage 1: rejection-sampling fine-tuning of the student"),
-    "grpo": ("livethink.length_rl.cli", "stage 2: GRPO length compression (baseline/siri/dot/drpo/length_penalty)"),
+    "grpo": ("livethink.length_rl.cli", "stage 2: GRPO length compression (band/siri/dot/drpo; baselines length_penalty/gdpo/dapo_overlong/cosine/dler)"),
     "eval": ("livethink.eval.cli", "evaluate models: correctness, helpfulness, tokens, latency, FLOPs"),
     "serve": ("livethink.serve.cli", "latency-budgeted FastAPI server on vLLM"),
     "ab": ("livethink.ab_test.cli", "A/B experiments: assign, analyze, report, simulate"),
