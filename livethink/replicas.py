@@ -8,7 +8,7 @@ free loopback port; Debian's ``postgresql`` package). Each replica gets its own 
 ``--workdir``, and all replicas write ahead to one spool root (``<workdir>/spool``, a sub-directory per process):
 a replica restarted after a crash replays what its dead predecessor had not yet stored. HAProxy
 (``deploy/haproxy.cfg.tmpl``, Debian's ``haproxy`` package) balances by least connections, health-checks
-``/health`` every 0.5 s and sends a request to another replica when one refuses connections. Ctrl-C stops it all.
+``/health`` every second and sends a request to another replica when one refuses connections. Ctrl-C stops it all.
 See docs/replicas.md.
 """
 
