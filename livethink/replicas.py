@@ -195,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
               "A/B store, so one is needed", file=sys.stderr)  # fmt: skip
         return 2
     workdir = Path(args.workdir).resolve()
+
+    def _stop(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):  # also when started in the background (SIGINT ignored there)
+        signal.signal(sig, _stop)
     pg = None
     store = args.store
     if store is None:
