@@ -8,7 +8,7 @@ free loopback port; Debian's ``postgresql`` package). Each replica gets its own 
 ``--workdir``, and all replicas write ahead to one spool root (``<workdir>/spool``, a sub-directory per process):
 a replica restarted after a crash replays what its dead predecessor had not yet stored. HAProxy
 (``deploy/haproxy.cfg.tmpl``, Debian's ``haproxy`` package) balances by least connections, health-checks
-``/health`` every 0.5 s and sends a request to another replica when one refuses connections. Ctrl-C stops it all.
+``/health`` every second and sends a request to another replica when one refuses connections. Ctrl-C stops it all.
 See docs/replicas.md.
 """
 
@@ -195,6 +195,12 @@ def main(argv: list[str] | None = None) -> int:
               "A/B store, so one is needed", file=sys.stderr)  # fmt: skip
         return 2
     workdir = Path(args.workdir).resolve()
+
+    def _stop(signum: int, _frame: Any) -> None:
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for sig in (signal.SIGINT, signal.SIGTERM):  # also when started in the background (SIGINT ignored there)
+        signal.signal(sig, _stop)
     pg = None
     store = args.store
     if store is None:
