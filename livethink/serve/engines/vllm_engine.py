@@ -266,7 +266,7 @@ class VLLMEngine:
                     return
                 comp = out.outputs[0]
                 finished = bool(out.finished)
-                yield comp.text, list(comp.token_ids), comp.finish_reason, comp.stop_reason
+                yield comp.text, list(comp.token_ids), comp.finish_reason, getattr(comp, "stop_reason", None)
                 if finished:
                     return
         finally:
