@@ -79,8 +79,10 @@ class Outcome:
     fallback: bool = False
     fallback_reason: str | None = None
     forced: bool = False
-    good: bool = False  # correct and helpful
+    good: bool = False  # correct and helpful (judged after the load, not in the client's event loop)
     data: dict[str, Any] = field(default_factory=dict)
+    task: Any = None
+    reply: str | None = None
 
 
 def live_body(task: Any, viewer: str, deadline_ms: int, arm: str | None = None) -> dict[str, Any]:
@@ -130,8 +132,14 @@ class Client:
             text = "<think>\n" + data["choices"][0]["text"]
             reply = parse_completion(text).reply
             o.data = {"completion_tokens": data["usage"]["completion_tokens"]}
-        o.good = not o.fallback and self.judge.score(task, reply).accepted
+        o.task, o.reply = task, reply
         return o
+
+    def judge_all(self, outs: list[Outcome]) -> list[Outcome]:
+        for o in outs:
+            if o.reply is not None and not o.fallback:
+                o.good = self.judge.score(o.task, o.reply).accepted
+        return outs
 
 
 async def open_loop(c: Client, tasks: list, rate: float, duration_s: float, seed: int, tag: str,
@@ -150,13 +158,15 @@ async def open_loop(c: Client, tasks: list, rate: float, duration_s: float, seed
 
         t0 = time.monotonic()
         outs = await asyncio.gather(*(at(i, float(w), t0) for i, w in enumerate(arrivals)))
-        return list(outs), time.monotonic() - t0
+        wall = time.monotonic() - t0
+    return c.judge_all(list(outs)), wall
 
 
 async def one_at_a_time(c: Client, tasks: list, arm: str | None, tag: str) -> list[Outcome]:
     async with httpx.AsyncClient(base_url=c.url, timeout=c.deadline_ms / 1000 + 10) as client:
         await client.get("/health")
-        return [await c.one(client, t, f"{tag}-{i}", arm) for i, t in enumerate(tasks)]
+        outs = [await c.one(client, t, f"{tag}-{i}", arm) for i, t in enumerate(tasks)]
+    return c.judge_all(outs)
 
 
 # -- summaries --------------------------------------------------------------------------------------------
