@@ -55,6 +55,7 @@ def logits(model, tokenizer) -> torch.Tensor:
         return model(ids).logits.float()
 
 
+@pytest.mark.slow
 def test_lora_sft_saves_the_adapter_and_merged_weights_that_agree(stage1):
     from peft import PeftModel
 
@@ -81,6 +82,7 @@ def test_lora_sft_saves_the_adapter_and_merged_weights_that_agree(stage1):
     assert "lora" not in " ".join(n for n, _ in merged.named_parameters())
 
 
+@pytest.mark.slow
 def test_serve_config_takes_both_forms(stage1):
     from livethink.serve.config import dry_run, parse_config
 
