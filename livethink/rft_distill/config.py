@@ -44,6 +44,7 @@ class RFTConfig(SFTConfig):
     judge_model: str | None = field(default=None)
     judge_json_mode: str = field(default="none", metadata={"help": "LLM judge response_format: none | json_object | schema (the verdict's JSON schema; vLLM structured outputs)"})
     selection: str = field(default="random", metadata={"help": f"which accepted samples become SFT targets: {', '.join(SELECTION_POLICIES)}"})
+    data_only: bool = field(default=False, metadata={"help": "stop after teacher sampling and judging (the teacher and judge endpoints can then go); a later run without it reuses the selection and trains"})
     # student
     reasoning: str = field(default="auto", metadata={"help": "reasoning delimiters the student learns: auto (its own, else <think>/</think> as text) | think | none (replies only)"})
     student_config: str = field(default="configs/tiny/student.yaml", metadata={"help": "student YAML (architecture, or a pretrained dir + LoRA)"})

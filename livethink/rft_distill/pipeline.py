@@ -14,7 +14,7 @@ from typing import Any
 
 from livethink.data.io import read_tasks
 from livethink.data.schema import Task
-from livethink.rft_distill.acceptance import AcceptanceReport, accept_and_select, judge_samples
+from livethink.rft_distill.acceptance import AcceptanceReport, JudgedSample, accept_and_select, judge_samples
 from livethink.rft_distill.config import JSON_MODES, RFTConfig
 
 logger = logging.getLogger(__name__)
@@ -98,6 +98,16 @@ def judge_and_select(cfg: RFTConfig, tasks: list[Task], samples_dir: Path, out_d
     return selected, report
 
 
+def saved_selection(out_dir: Path) -> tuple[list[JudgedSample], dict[str, Any]] | None:
+    """The selection a finished judge step left in ``out_dir`` (``accepted.jsonl`` + ``acceptance.json``), if any."""
+    accepted, report = out_dir / "accepted.jsonl", out_dir / "acceptance.json"
+    if not (accepted.is_file() and report.is_file()):
+        return None
+    rows = [json.loads(line) for line in accepted.read_text(encoding="utf-8").splitlines() if line.strip()]
+    selected = [JudgedSample(r["task_id"], int(r["sample_index"]), r["completion"], True, True) for r in rows]
+    return selected, json.loads(report.read_text())
+
+
 def acceptance_markdown(report: AcceptanceReport) -> str:
     d = report.as_dict()
     lines = ["# Rejection sampling", "",
@@ -150,9 +160,19 @@ def run_rft(cfg: RFTConfig) -> Path:
         timings["tokenizer_s"] = time.perf_counter() - t
 
         t = time.perf_counter()
-        selected, report = judge_and_select(cfg, tasks, samples_dir, out_dir, write=main)
+        saved_sel = saved_selection(out_dir)
+        if saved_sel is not None:  # a finished judge step (e.g. a --data_only run while the endpoint was up)
+            logger.info("reusing the judged selection in %s (delete accepted.jsonl to judge again)", out_dir)
+            selected, acceptance = saved_sel
+        else:
+            selected, report = judge_and_select(cfg, tasks, samples_dir, out_dir, write=main)
+            acceptance = report.as_dict()
         timings["judge_s"] = time.perf_counter() - t
-    logger.info("acceptance: %s", json.dumps({k: v for k, v in report.as_dict().items() if k != "unaccepted_prompts"}))
+    logger.info("acceptance: %s", json.dumps({k: v for k, v in acceptance.items() if k != "unaccepted_prompts"}))
+    if cfg.data_only:
+        logger.info("data_only: teacher samples and the judged selection are in %s; run again without it to train",
+                    out_dir)
+        return final_dir
 
     t = time.perf_counter()
     if (final_dir / "config.json").is_file():
@@ -173,7 +193,7 @@ def run_rft(cfg: RFTConfig) -> Path:
                         student_cfg.pretrained, final_dir)
         timings["sft_s"] = time.perf_counter() - t
     timings["total_s"] = time.perf_counter() - start
-    summary = {"final_dir": str(final_dir), "sampling": sampling_summary, "acceptance": report.as_dict(),
+    summary = {"final_dir": str(final_dir), "sampling": sampling_summary, "acceptance": dict(acceptance),
                "timings": {k: round(v, 1) for k, v in timings.items()}}
     if (out_dir / ADAPTER_DIR / "adapter_config.json").is_file():
         summary.update(adapter_dir=str(out_dir / ADAPTER_DIR), adapter_base=student_cfg.pretrained)
