@@ -153,6 +153,12 @@ def test_grpo_with_lora_on_a_tied_student_saves_adapter_and_merged(tied_llama, t
     m, a, b = logits(merged, tokenizer), logits(over_base, tokenizer), logits(base, tokenizer)
     assert (m - b).abs().max() > 1e-4
     torch.testing.assert_close(m, a, atol=1e-4, rtol=1e-4)
+    # the same merge by hand: `livethink models merge`
+    from livethink.models.cli import main as models_main
+
+    assert models_main(["merge", "--base", str(tied_llama["model"]), "--adapter", str(adapter),
+                        "--out", str(tmp_path / "merged")]) == 0
+    torch.testing.assert_close(logits(load_model(tmp_path / "merged", dtype="float32"), tokenizer), m)
 
 
 def test_grpo_head_on_a_tied_student_trains_the_top_layer_only(tied_llama, tmp_path):
