@@ -372,14 +372,9 @@ def _plot(result: dict[str, Any], path: Path) -> None:
 
 # -- main -------------------------------------------------------------------------------------------------
 def _untrained_student(workdir: Path) -> Path:
-    from livethink.data.liveshop import generate
-    from livethink.models.student import StudentConfig, create_student, save_student
-    from livethink.models.tokenizer import corpus_from_tasks, train_tokenizer
+    from livethink.models.student import untrained_student as build
 
-    data = generate(seed=0, n_train=300, n_validation=1, n_test=1)
-    tok = train_tokenizer(corpus_from_tasks(data.tasks["train"]), vocab_size=1024)
-    cfg = StudentConfig()
-    return save_student(create_student(cfg, tok), tok, workdir / "untrained-student", cfg)
+    return build(workdir / "untrained-student")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -309,3 +309,14 @@ def save_student(model, tokenizer, out_dir: str | Path, config: StudentConfig | 
         config.to_yaml(out / "student.yaml")
     return out
 
+
+def untrained_student(out_dir: str | Path, seed: int = 0) -> Path:
+    """A tiny student with random weights and a BPE tokenizer trained on a small LiveShop draw, saved to
+    ``out_dir``: what serving and load benchmarks time when no trained student is at hand (its replies mean nothing)."""
+    from livethink.data.liveshop import generate
+    from livethink.models.tokenizer import corpus_from_tasks, train_tokenizer
+
+    data = generate(seed=seed, n_train=300, n_validation=1, n_test=1)
+    tokenizer = train_tokenizer(corpus_from_tasks(data.tasks["train"]), vocab_size=1024)
+    config = StudentConfig()
+    return save_student(create_student(config, tokenizer), tokenizer, out_dir, config)
