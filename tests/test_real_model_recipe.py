@@ -26,6 +26,9 @@ ROOT = Path(__file__).resolve().parent.parent
 SERVER = "http://127.0.0.1:8101"
 RECIPE = re.compile(r"<!-- recipe:start -->\s*```bash\n(.*?)```\s*<!-- recipe:end -->", re.S)
 
+DISTRIBUTED_ENV = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
+                             "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"})
+
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
 
 
@@ -50,7 +53,9 @@ def recipe_run(tmp_path):
         shutil.copytree(ROOT / name, tmp_path / name)
     script = tmp_path / "recipe.sh"
     script.write_text("set -euo pipefail\n" + recipe_script((ROOT / "README.md").read_text()))
-    env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
+    # a user's shell: none of the torch.distributed / accelerate variables earlier in-process trainers may have set
+    inherited = {k: v for k, v in os.environ.items() if k not in DISTRIBUTED_ENV and not k.startswith("ACCELERATE_")}
+    env = {**inherited, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false"}
     log = tmp_path / "recipe.log"
     start = time.monotonic()
