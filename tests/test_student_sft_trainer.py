@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from trl import SFTTrainer
 
 from livethink.models.student import StudentConfig, create_student
 from livethink.models.tokenizer import corpus_from_tasks, train_tokenizer
@@ -44,7 +45,7 @@ def test_grounded_loss_at_weight_one_equals_trl_loss(trainer_and_batch):
     trainer, batch = trainer_and_batch
     trainer.model.train()
     torch.manual_seed(0)
-    trl_loss = StudentSFTTrainer.__mro__[1].compute_loss(trainer, trainer.model, dict(batch))
+    trl_loss = SFTTrainer.compute_loss(trainer, trainer.model, dict(batch))
     ours, _ = trainer.grounded_loss(trainer.model, dict(batch), weight=1.0)
     assert ours.item() == pytest.approx(trl_loss.item(), rel=1e-4)
     assert trainer.aux_loss_enabled  # the MoE load-balancing term is part of both
@@ -84,3 +85,26 @@ def test_trainable_parameters_freeze_the_rest(liveshop_small, tmp_path):
     changed = {n for n, p in trainer.model.named_parameters() if not torch.equal(p.detach(), before[n])}
     assert changed and all(n.startswith("model.layers.1.self_attn.") for n in changed)
     assert "model.layers.1.self_attn.q_proj.weight" in changed
+
+
+def test_resume_restores_the_moe_experts(liveshop_small, tmp_path):
+    """transformers saves fused MoE experts per expert; a resumed run must get them back, not fresh ones
+    (transformers#43701, worked around by ConvertedResume)."""
+    tokenizer, dataset = tokenizer_and_dataset(liveshop_small, 8)
+    config = StudentConfig(num_hidden_layers=1, hidden_size=64, head_dim=16, moe_intermediate_size=64, num_experts=4)
+
+    def trainer(seed: int) -> StudentSFTTrainer:
+        torch.manual_seed(seed)
+        args = RFTConfig(output_dir=str(tmp_path), per_device_train_batch_size=4, use_cpu=True, report_to="none",
+                         max_steps=2, save_steps=2, max_length=1024, learning_rate=1e-2)
+        return StudentSFTTrainer(model=create_student(config, tokenizer), args=args, train_dataset=dataset,
+                                 processing_class=tokenizer)
+
+    trained = trainer(0)
+    trained.train()
+    resumed = trainer(1)  # another initialisation: every tensor differs until the checkpoint is loaded
+    resumed.train(resume_from_checkpoint=str(tmp_path / "checkpoint-2"))  # at max_steps already: loads, no step
+    want, got = trained.model.state_dict(), resumed.model.state_dict()
+    assert any("experts" in name for name in want)
+    for name, tensor in want.items():
+        assert torch.equal(got[name], tensor), name

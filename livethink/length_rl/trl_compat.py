@@ -39,6 +39,8 @@ RECHECK: tuple[str, ...] = (
     "GRPOTrainer._get_per_token_logps_and_entropies: signature and its (logps, entropies, aux_loss) return",
     "GRPOTrainer._metrics[mode][name] lists, _tokenizer, _step, _buffered_inputs",
     "Trainer._save_checkpoint(model, trial), Trainer._get_output_dir(trial), Trainer._load_optimizer_and_scheduler",
+    "Trainer._load_from_checkpoint(resume_from_checkpoint, model): still loads the saved state dict without the "
+    "model's checkpoint conversion (transformers#43701)? If fixed, ConvertedResume can go",
     "trl.generation.vllm_generation.LLM (constructor patched for the calculator), VLLMGeneration.generate's 4-tuple, "
     "VLLMGeneration.sync_weights and _iter_named_params (CPU weight sync), VLLMGeneration.max_completion_length",
 )
@@ -58,7 +60,29 @@ def check_trl_version(installed: str | None = None, strict: bool | None = None) 
     return False
 
 
-class GRPOHooks(GRPOTrainer):
+class ConvertedResume:
+    """Trainer mixin: resume from a checkpoint through ``from_pretrained``, which applies the model's checkpoint
+    conversion. ``Trainer._load_from_checkpoint`` loads the saved state dict as is, and transformers saves a MoE's
+    fused experts (``experts.gate_up_proj``) per expert (``experts.0.gate_proj.weight``): a resumed Qwen3-MoE run
+    would go on with freshly initialised experts (https://github.com/huggingface/transformers/issues/43701).
+    Adapters, FSDP and DeepSpeed checkpoints take the Trainer's own path."""
+
+    def _load_from_checkpoint(self, resume_from_checkpoint: str, model=None) -> None:
+        from transformers import PreTrainedModel
+
+        model = self.model if model is None else model
+        has_config = os.path.isfile(os.path.join(resume_from_checkpoint, "config.json"))
+        if not isinstance(model, PreTrainedModel) or not has_config or getattr(self, "is_fsdp_enabled", False):
+            return super()._load_from_checkpoint(resume_from_checkpoint, model)  # type: ignore[misc]
+        loaded = type(model).from_pretrained(resume_from_checkpoint, dtype=next(model.parameters()).dtype)
+        missing, unexpected = model.load_state_dict(loaded.state_dict(), strict=False)
+        if missing or unexpected:
+            raise RuntimeError(f"checkpoint {resume_from_checkpoint} does not match the model: missing {missing[:5]}, "
+                               f"unexpected {unexpected[:5]}")
+        del loaded
+
+
+class GRPOHooks(ConvertedResume, GRPOTrainer):
     """TRL's ``GRPOTrainer`` with its private hook points under public names. Subclasses override the public names."""
 
     def __init__(self, *args: Any, **kwargs: Any):

@@ -19,6 +19,7 @@ from trl import SFTConfig, SFTTrainer
 from livethink.data.prompt import build_messages
 from livethink.data.reasoning_format import THINK, ReasoningFormat, detect, parse_setting
 from livethink.data.schema import Task
+from livethink.length_rl.trl_compat import ConvertedResume
 from livethink.rewards.parse import split_completion
 from livethink.rft_distill.acceptance import JudgedSample
 from livethink.rft_distill.muon import MuonAdamW
@@ -74,7 +75,7 @@ def decay_steps(lr_scheduler_kwargs: Mapping, num_training_steps: int) -> dict:
     return kwargs
 
 
-class StudentSFTTrainer(SFTTrainer):
+class StudentSFTTrainer(ConvertedResume, SFTTrainer):
     """`SFTTrainer` with three options of `RFTConfig`: the Muon optimizer (``muon: true``), a
     warmup-stable-decay schedule whose decay length is a fraction of training, and a larger loss weight on the
     completion tokens copied from the prompt (``grounded_token_weight``)."""
