@@ -540,7 +540,8 @@ def main(argv: list[str] | None = None) -> int:
 
     def evaluate(model: Path, key: str) -> dict[str, Any]:
         path = runs / "eval" / f"{key}.json"
-        wall = run(eval_cmd(args, model, key, path), runs / "eval" / f"{key}.log", env)
+        reuse = args.resume and path.is_file() and path.stat().st_mtime >= (model / "config.json").stat().st_mtime
+        wall = 0.0 if reuse else run(eval_cmd(args, model, key, path), runs / "eval" / f"{key}.log", env)
         written = json.loads(path.read_text())
         results[key], samples[key] = written["result"], written["samples"]
         print(f"[{(time.perf_counter() - start) / 60:5.1f} min] eval {key}: {json.dumps(written['result']['overall'])} "
@@ -554,7 +555,12 @@ def main(argv: list[str] | None = None) -> int:
         out_dir = runs / variant / f"seed{seed}"
         if not args.resume:  # a finished run from an older RFT student would otherwise be reused as is
             shutil.rmtree(out_dir, ignore_errors=True)
-        wall = run(grpo_cmd(args, variant, out_dir, args.steps, args.rollouts, seed), out_dir / "train.log", env)
+        wall_file = out_dir / "train_wall_s"
+        if args.resume and wall_file.is_file() and (out_dir / "final" / "config.json").is_file():  # finished: reuse
+            wall = float(wall_file.read_text())
+        else:
+            wall = run(grpo_cmd(args, variant, out_dir, args.steps, args.rollouts, seed), out_dir / "train.log", env)
+            wall_file.write_text(f"{wall:.1f}\n")
         summary = train_summary(read_metrics(out_dir))
         print(f"[{(time.perf_counter() - start) / 60:5.1f} min] trained {variant} seed {seed}: {wall / 60:.1f} min, "
               f"{json.dumps(summary.get('last3_mean'))}", flush=True)

@@ -1,7 +1,8 @@
 """`make demo`: the main job on the embedded default, step by step, reusing finished artifacts.
 
 data -> RFT (scripted teacher, judge, SFT of the MoE student) -> one compression variant (GRPO) -> eval
-(teacher vs RFT vs compressed) -> server with two A/B arms -> a short simulated viewer stream -> Gradio app.
+(teacher vs RFT vs compressed) -> calibration (each student's minimum thinking budget) -> server with two A/B arms
+-> a short simulated viewer stream -> Gradio app.
 Every batch step checks for its output first, so a re-run only does what is missing. ``--quick`` uses small
 settings. Each step runs in a child process; Ctrl-C stops every process the job started.
 """
@@ -21,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+THINKING_CAPS = "0,32,64,128,192,256"  # the thinking caps each student is calibrated at (validation split)
 QUICK_NOTICE = ("Quick run: it checks the plumbing (data, RFT, GRPO, eval, server, A/B, app), not quality. "
                 "Its students trained for about a minute on 1,000 prompts: expect wrong replies, cut at the token cap. "
                 "Run `make demo` for trained students.")
@@ -44,13 +46,14 @@ class Settings:
     grpo_use_vllm: bool = True  # colocated vLLM rollouts (the configs' default); quick: transformers (no engine start-up)
     variant: str = "drpo"  # the compressed arm (the experiment configs/ab/drpo_vs_rft.yaml names it)
     quick: bool = False  # the eval report and the app say that a quick run checks the plumbing, not quality
+    calibration_limit: int = 120  # validation tasks per thinking cap: each student's minimum thinking budget
 
     @classmethod
     def make(cls, quick: bool, workdir: Path) -> Settings:
         if quick:
             return cls(workdir / "artifacts/quick", workdir / "runs/quick", 1000, 100, 300, 1.0, 20, 3, 40, 4,
                        eval_engine="transformers", eval_max_tokens=256, grpo_max_completion=192,
-                       grpo_use_vllm=False, quick=True)
+                       grpo_use_vllm=False, quick=True, calibration_limit=10)
         # 96 GRPO steps: the compression benchmark's budget (and the tiny configs' max_steps)
         return cls(workdir / "artifacts/tiny", workdir / "runs/tiny", 5000, 500, 5000, 2.5, 200, 96, 200)
 
@@ -137,6 +140,19 @@ STEPS: list[Step] = [
                              *(["--note", QUICK_NOTICE] if s.quick else [])),
         lambda s: f"report {s.runs / 'eval' / 'eval.md'}",
     ),
+    Step(
+        "calibrate",
+        lambda s: all((m / "thinking_calibration.json").is_file() for m in (s.rft / "final", s.compressed / "final")),
+        lambda s: _livethink("eval", "--model", str(s.rft / "final"), "--name", "rft-student",
+                             "--model", str(s.compressed / "final"), "--name", f"{s.variant}-student",
+                             "--data", str(s.data), "--split", "validation", "--limit", str(s.calibration_limit),
+                             "--thinking-caps", THINKING_CAPS, "--latency-probes", "0", "--engine", s.eval_engine,
+                             "--max-tokens", str(s.eval_max_tokens), "--calculator",
+                             "--out", str(s.runs / "eval_thinking_caps")),
+        lambda s: "thinking floors (the server sheds or falls back below them): " + ", ".join(
+            f"{m.parent.name}: {_read_json(m / 'thinking_calibration.json').get('min_thinking_tokens')}"
+            for m in (s.rft / "final", s.compressed / "final")),
+    ),
 ]
 
 
@@ -221,7 +237,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="livethink demo", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small settings (a few minutes)")
     parser.add_argument("--workdir", default=str(ROOT), help="where artifacts/ and runs/ go")
-    parser.add_argument("--only", nargs="*", help="run only these batch steps (data, rft, compress, eval)")
+    parser.add_argument("--only", nargs="*", help="run only these batch steps (data, rft, compress, eval, calibrate)")
     parser.add_argument("--no-serve", action="store_true", help="stop after the batch steps")
     parser.add_argument("--no-hold", action="store_true", help="start the server and app, check them, then exit")
     parser.add_argument("--port", type=int, default=8000, help="server port")

@@ -54,3 +54,20 @@ def test_data_step_runs_once_then_is_reused(tmp_path: Path, capsys) -> None:
     assert main(["--quick", "--workdir", str(tmp_path), "--only", "data"]) == 0
     assert "data: reusing finished artifacts" in capsys.readouterr().out
     assert manifest.stat().st_mtime_ns == first
+
+
+def test_calibrate_step_saves_each_students_thinking_floor_from_validation(tmp_path: Path) -> None:
+    names = [step.name for step in STEPS]
+    assert names.index("calibrate") == names.index("eval") + 1  # before the server reads the floors
+    settings = Settings.make(False, tmp_path)
+    command = _step("calibrate").command(settings)
+    assert _option(command, "--split") == "validation"  # never the test split the eval reports on
+    assert _option(command, "--thinking-caps").split(",")[0] == "0"
+    models = [command[i + 1] for i, arg in enumerate(command) if arg == "--model"]
+    assert models == [str(settings.rft / "final"), str(settings.compressed / "final")]
+    assert "--calibration-out" not in command  # each calibration is saved beside its student, where serving looks
+    assert not _step("calibrate").done(settings)
+    for model in models:
+        Path(model).mkdir(parents=True)
+        (Path(model) / "thinking_calibration.json").write_text("{}")
+    assert _step("calibrate").done(settings)
