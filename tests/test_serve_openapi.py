@@ -228,3 +228,45 @@ def test_a_generated_client_talks_to_the_server(served, tmp_path, monkeypatch):
     missing = chat_completions.sync_detailed(client=client, body=ChatCompletionRequest.from_dict({**CHAT_BODY, "model": "nope"}))
     assert missing.status_code == 404 and isinstance(missing.parsed, ErrorResponse)
     assert missing.parsed.error.param == "model" and missing.parsed.error.code == "model_not_found"
+
+
+EXPERIMENT = """
+name: live1
+arms:
+  - {name: a, weight: 0.5, variant: rft}
+  - {name: b, weight: 0.5, variant: rft, budget: {thinking_budget: 0}}
+min_viewers_per_arm: 2
+"""
+
+
+def test_auth_overload_and_ab_answers_match_the_document(doc, tmp_path):
+    tokenizer = load_tokenizer(tiny_student_dir())
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(EXPERIMENT)
+    overrides = {"auth.api_keys": ["k1"], "auth.admin_keys": ["adm"],
+                 "experiment": {"file": str(exp), "store": str(tmp_path / "ab.db")}}  # fmt: skip
+    config = make_config(tiny_student_dir(), **overrides)
+    server = ServerThread(create_app(config, engine_set(SlowEngine(tokenizer, token_s=0.002))))
+    user, admin = {"Authorization": "Bearer k1"}, {"Authorization": "Bearer adm"}
+    outcome = {"event_id": "o-1", "viewer_id": "viewer-1", "experiment": "live1", "type": "order", "gmv": 9.5}
+    try:
+        with httpx.Client(base_url=server.url, timeout=20) as http:
+            assert http.post("/v1/livestream/reply", json=LIVE_BODY, headers=user).status_code == 200
+            answers = [
+                ("post", "/v1/ab/outcomes", http.post("/v1/ab/outcomes", json=outcome, headers=user), 200),
+                ("post", "/v1/ab/outcomes",
+                 http.post("/v1/ab/outcomes", json={**outcome, "gmv": 1.0}, headers=user), 409),
+                ("post", "/v1/ab/outcomes", http.post("/v1/ab/outcomes", json=outcome), 401),
+                ("get", "/v1/ab/experiments/{name}", http.get("/v1/ab/experiments/live1", headers=admin), 200),
+                ("get", "/v1/ab/experiments/{name}", http.get("/v1/ab/experiments/live1", headers=user), 403),
+                ("post", "/v1/livestream/reply",
+                 http.post("/v1/livestream/reply", json={**LIVE_BODY, "deadline_ms": 1}, headers=user), 429),
+                ("get", "/health", http.get("/health"), 200),  # public
+            ]  # fmt: skip
+    finally:
+        server.close()
+    for method, path, r, status in answers:
+        assert r.status_code == status, (path, r.text)
+        _check(doc, _schema(doc, path, method, status), r.json())
+        for header in doc["paths"][path][method]["responses"][str(status)].get("headers", {}):
+            assert header in r.headers, (path, status, header)
