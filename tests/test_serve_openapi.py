@@ -106,7 +106,7 @@ def test_every_route_documents_its_body_and_responses(doc):
                 assert "Retry-After" in response["headers"], (path, status)
         success = op["responses"]["200"]["content"]
         if path == "/metrics":
-            assert list(success) == ["text/plain; version=1.0.0; charset=utf-8"]
+            assert list(success) == ["text/plain"]
         else:
             assert success["application/json"]["schema"]["$ref"].split("/")[-1] in schemas
         if method == "post":
@@ -164,7 +164,8 @@ def test_real_answers_match_the_document(doc, served):
         for event in events[:-1]:
             _check(doc, chunk, json.loads(event))
         r = http.get("/metrics")
-        assert r.headers["content-type"] in _schema_media(doc, "/metrics") and "# TYPE" in r.text
+        media = r.headers["content-type"].split(";")[0]
+        assert media in _schema_media(doc, "/metrics") and "# TYPE" in r.text
         errors = [
             (http.post("/v1/livestream/reply", json={**LIVE_BODY, "question": ""}), 400),
             (http.post("/v1/chat/completions", json={**CHAT_BODY, "model": "nope"}), 404),

@@ -367,8 +367,9 @@ def create_app(
         response_class=Response,
         responses={
             200: {
+                # the exact Content-Type (its version=) is prometheus_client's; the document stays stable
                 "description": "Prometheus text exposition format (labels: endpoint, arm, model)",
-                "content": {CONTENT_TYPE_LATEST: {"schema": {"type": "string"}}},
+                "content": {"text/plain": {"schema": {"type": "string"}}},
             },
             **errors(),
         },
