@@ -6,7 +6,9 @@ last byte of its response; metrics, ``deadline_met`` accounting and A/B records 
 has left. The engine processes run at a lower CPU priority than this one (``engine.nice``, ``priority.py``).
 
 Every error is JSON ``{"error": {"message", "type", "param", "code"}}``: validation errors are 400s naming the
-field, unknown routes 404, anything unexpected a generic 500 without a stack trace (logged server-side).
+field, bodies over ``server.max_body_kb`` 413, unknown routes 404, anything unexpected a generic 500 without a
+stack trace (logged server-side). Each route declares its request and response models for the OpenAPI document
+(``api_docs.py``; ``docs/openapi.json``).
 Bearer auth (``auth`` in the config): when API keys are set, every endpoint except ``auth.public_paths`` needs
 one; when admin keys are set, admin endpoints need one of those.
 """
@@ -31,6 +33,7 @@ from fastapi.responses import JSONResponse, Response, StreamingResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from livethink import __version__
+from livethink.serve.api_docs import errors, event_stream, install, operation_id, request_body
 from livethink.serve.clock import CLOCK_KEY, Clock, RequestClock
 from livethink.serve.config import ServeConfig
 from livethink.serve.engines import EngineSet, EngineStartError, start_engines
@@ -47,7 +50,20 @@ from livethink.serve.hooks import (
 )
 from livethink.serve.metrics import CONTENT_TYPE_LATEST, ServeMetrics
 from livethink.serve.priority import deprioritize_children
-from livethink.serve.protocol import ChatCompletionRequest, LivestreamReplyRequest, model_card
+from livethink.serve.protocol import (
+    AdminStatus,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChatCompletionRequest,
+    ExperimentSummary,
+    Health,
+    LivestreamReplyRequest,
+    LivestreamReplyResponse,
+    ModelList,
+    OutcomeAck,
+    VersionInfo,
+    model_card,
+)
 from livethink.serve.responses import chat_body, livestream_body, sse_chunks
 from livethink.serve.service import AUTO_MODEL, Job, Result, Service
 
@@ -147,9 +163,35 @@ def _guard(handler: Any) -> Any:
     return wrapper
 
 
+def _too_large(limit_kb: int) -> APIError:
+    return APIError(
+        413,
+        f"the request body is larger than this server's limit of {limit_kb} KiB (server.max_body_kb)",
+        "invalid_request_error",
+        None,
+        "body_too_large",
+    )
+
+
+async def _read_body(request: Request) -> bytes:
+    """The body, refused (413) past ``server.max_body_kb`` before more than that is read."""
+    limit_kb = request.app.state.config.server.max_body_kb
+    limit = limit_kb * 1024
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        raise _too_large(limit_kb)
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise _too_large(limit_kb)
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def _parse(request: Request, model: type) -> Any:
     """Read and validate a JSON body (so malformed JSON and wrong types are our 400s)."""
-    raw = await request.body()
+    raw = await _read_body(request)
     if not raw.strip():
         raise bad_request("the request body is empty (expected a JSON object)", None, "empty_body")
     try:
@@ -182,6 +224,12 @@ async def _until_disconnect(request: Request, coro: Any) -> Any:
     finally:
         if not task.done():
             task.cancel()
+
+
+def _outcome_model() -> type:
+    from livethink.ab_test.events import OutcomeIn  # the A/B stack loads only where it is documented or used
+
+    return OutcomeIn
 
 
 def _account_at_last_byte(svc: Service, job: Job, clock: Clock) -> None:
@@ -249,6 +297,7 @@ def create_app(
         version=__version__,
         lifespan=lifespan,
         description="Latency-budgeted livestream replies on vLLM",
+        generate_unique_id_function=operation_id,
     )
     app.state.config = config
     app.state.exit_on_engine_error = False
@@ -260,6 +309,7 @@ def create_app(
 
     app.add_middleware(RequestClock, lag=loop_lag)
     _install_error_handlers(app)
+    install(app)
 
     def service(request: Request) -> Service:
         return request.app.state.service
@@ -270,7 +320,7 @@ def create_app(
     def simulated(request: Request) -> bool:
         return request.headers.get(SIMULATED_HEADER) == "1"
 
-    @app.get("/health", dependencies=[require_key])
+    @app.get("/health", dependencies=[require_key], tags=["server"], responses={200: {"model": Health}, **errors()})
     async def health(request: Request) -> dict[str, Any]:
         svc = service(request)
         out = {
@@ -288,11 +338,11 @@ def create_app(
             out["status"] = "degraded" if ab.get("degraded") or (ab.get("spool") or {}).get("full") else "ok"
         return out
 
-    @app.get("/version", dependencies=[require_key])
+    @app.get("/version", dependencies=[require_key], tags=["server"], responses={200: {"model": VersionInfo}, **errors()})
     async def version() -> dict[str, str]:
         return {"version": __version__}
 
-    @app.get("/v1/models", dependencies=[require_key])
+    @app.get("/v1/models", dependencies=[require_key], tags=["server"], responses={200: {"model": ModelList}, **errors()})
     async def models(request: Request) -> dict[str, Any]:
         svc = service(request)
         created = request.app.state.started
@@ -310,11 +360,30 @@ def create_app(
         )
         return {"object": "list", "data": data}
 
-    @app.get("/metrics", dependencies=[require_key])
+    @app.get(
+        "/metrics",
+        dependencies=[require_key],
+        tags=["server"],
+        response_class=Response,
+        responses={
+            200: {
+                # the exact Content-Type (its version=) is prometheus_client's; the document stays stable
+                "description": "Prometheus text exposition format (labels: endpoint, arm, model)",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            },
+            **errors(),
+        },
+    )
     async def metrics(request: Request) -> Response:
         return Response(service(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
 
-    @app.post("/v1/livestream/reply", dependencies=[require_key])
+    @app.post(
+        "/v1/livestream/reply",
+        dependencies=[require_key],
+        tags=["livestream"],
+        responses={200: {"model": LivestreamReplyResponse}, **errors(400, 404, 413, 429)},
+        openapi_extra=request_body(LivestreamReplyRequest, "a viewer's question about the products on stream"),
+    )
     @_guard
     async def livestream_reply(request: Request) -> JSONResponse:
         body: LivestreamReplyRequest = await _parse(request, LivestreamReplyRequest)
@@ -331,7 +400,26 @@ def create_app(
             )
         return JSONResponse(livestream_body(job, body, svc.stamp(job, r)))
 
-    @app.post("/v1/chat/completions", dependencies=[require_key])
+    @app.post(
+        "/v1/chat/completions",
+        dependencies=[require_key],
+        tags=["openai"],
+        responses={
+            200: {
+                "model": ChatCompletion,
+                "description": "a `chat.completion`, or with `stream: true` server-sent `chat.completion.chunk`s",
+                "content": {
+                    "text/event-stream": event_stream(
+                        ChatCompletionChunk,
+                        "`data: <ChatCompletionChunk JSON>` events, then `data: [DONE]`; an error after the first "
+                        "event is sent as `data: <ErrorResponse JSON>`",
+                    )
+                },
+            },
+            **errors(400, 404, 413, 429),
+        },
+        openapi_extra=request_body(ChatCompletionRequest, "OpenAI chat completion request (+ extensions)"),
+    )
     @_guard
     async def chat_completions(request: Request) -> Response:
         body: ChatCompletionRequest = await _parse(request, ChatCompletionRequest)
@@ -355,7 +443,13 @@ def create_app(
             )
         return JSONResponse(chat_body(job, svc.stamp(job, r), body.include_reasoning))
 
-    @app.post("/v1/ab/outcomes", dependencies=[require_key])
+    @app.post(
+        "/v1/ab/outcomes",
+        dependencies=[require_key],
+        tags=["ab"],
+        responses={200: {"model": OutcomeAck}, **errors(400, 404, 409, 413, 503)},
+        openapi_extra=request_body(_outcome_model(), "a viewer's outcome (click, order, ...) in an experiment"),
+    )
     @_guard
     async def ab_outcome(request: Request) -> dict[str, Any]:
         svc = service(request)
@@ -375,7 +469,12 @@ def create_app(
         except UnavailableError as exc:
             raise APIError(503, str(exc), "unavailable_error") from None
 
-    @app.get("/v1/ab/experiments/{name}", dependencies=[require_admin])
+    @app.get(
+        "/v1/ab/experiments/{name}",
+        dependencies=[require_admin],
+        tags=["ab"],
+        responses={200: {"model": ExperimentSummary}, **errors(403, 404)},
+    )
     @_guard
     async def ab_summary(request: Request, name: str) -> dict[str, Any]:
         try:
@@ -383,7 +482,12 @@ def create_app(
         except NotFoundError as exc:
             raise not_found(str(exc), "name") from None
 
-    @app.get("/v1/admin/status", dependencies=[require_admin])
+    @app.get(
+        "/v1/admin/status",
+        dependencies=[require_admin],
+        tags=["admin"],
+        responses={200: {"model": AdminStatus}, **errors(403)},
+    )
     @_guard
     async def admin_status(request: Request) -> dict[str, Any]:
         svc = service(request)

@@ -3,6 +3,7 @@
 ``--set key=value`` overrides a config field (dotted, YAML-parsed value), e.g. ``--set engine.kind=transformers
 --set models.rft.path=runs/tiny/rft/final``. ``--dry-run`` validates the config (models, experiments, store
 URL) without loading weights or needing a GPU, prints a JSON report and exits 0 (ok) or 1 (problems).
+``--openapi docs/openapi.json`` writes the server's OpenAPI document (no config needed; ``-`` for stdout).
 vLLM spawns its engine process, so this module is the ``__main__`` of the server process.
 """
 
@@ -32,7 +33,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="livethink serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
-    parser.add_argument("--config", required=True, help="serve YAML (configs/tiny/serve.yaml)")
+    parser.add_argument("--config", help="serve YAML (configs/tiny/serve.yaml); required unless --openapi")
     parser.add_argument("--host", help="bind address (default: server.host of the config, 127.0.0.1)")
     parser.add_argument(
         "--port", type=int, help="port (default: server.port of the config; 0 = any free port)"
@@ -42,7 +43,14 @@ def main(argv: list[str] | None = None) -> int:
         "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field"
     )
     parser.add_argument("--dry-run", action="store_true", help="validate the config and exit")
+    parser.add_argument("--openapi", metavar="FILE", help="write the OpenAPI document to FILE ('-': stdout) and exit")
     args = parser.parse_args(argv)
+    if args.openapi:
+        from livethink.serve.openapi import main as write_openapi
+
+        return write_openapi([] if args.openapi == "-" else ["--out", args.openapi])
+    if not args.config:
+        parser.error("--config is required (unless --openapi)")
 
     from livethink.serve.config import ConfigError, dry_run, load_config
 

@@ -170,6 +170,7 @@ class ServerConfig(_Strict):
     host: str = "127.0.0.1"
     port: int = Field(default=8000, ge=0, le=65535)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
+    max_body_kb: int = Field(default=1024, ge=1)  # larger POST bodies get a 413
 
 
 class ServeConfig(_Strict):

@@ -116,6 +116,8 @@ class LivestreamReplyRequest(_Request):
 
 
 class Timings(BaseModel):
+    """Milliseconds from the request's first byte (the client's clock)."""
+
     queue_ms: float
     first_token_ms: float | None
     first_reply_token_ms: float | None
@@ -130,37 +132,189 @@ class TokenCounts(BaseModel):
 
 
 class BudgetOut(BaseModel):
+    """The token budget the deadline allowed: thinking cap and the reserve kept for the reply."""
+
     thinking_cap: int
     reply_reserve: int
 
 
 class LivestreamReplyResponse(BaseModel):
+    """``POST /v1/livestream/reply`` answer."""
+
     request_id: str
     viewer_id: str
     experiment: str | None
     arm: str | None
     model: str
     reply: str
-    reasoning: str | None = None
+    reasoning: str | None = Field(description="the thinking text, with include_reasoning only")
     timings: Timings
     tokens: TokenCounts
     deadline_ms: int
     deadline_met: bool
     forced_end_of_thinking: bool
     fallback: bool
+    fallback_reason: str | None
+    cut_at_deadline: bool
     finish_reason: str
     budget: BudgetOut | None
 
 
+class LivethinkFlags(BaseModel):
+    """The ``livethink`` object of chat answers: A/B arm, deadline, budget forcing, fallback, timings."""
+
+    experiment: str | None
+    arm: str | None
+    deadline_ms: int
+    deadline_met: bool
+    forced_end_of_thinking: bool
+    fallback: bool
+    fallback_reason: str | None
+    cut_at_deadline: bool
+    timings: Timings
+    budget: BudgetOut | None
+
+
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: int
+
+
+class Usage(BaseModel):
+    prompt_tokens: int
+    completion_tokens: int
+    total_tokens: int
+    completion_tokens_details: CompletionTokensDetails
+
+
+class AssistantMessage(BaseModel):
+    role: Literal["assistant"]
+    content: str
+    reasoning: str | None = Field(default=None, description="with include_reasoning (default) only")
+    reasoning_content: str | None = Field(default=None, description="the same text as reasoning (vLLM's name)")
+
+
+class ChatChoice(BaseModel):
+    index: int
+    message: AssistantMessage
+    finish_reason: str
+    logprobs: None
+
+
+class ChatCompletion(BaseModel):
+    """``POST /v1/chat/completions`` answer without ``stream`` (OpenAI ``chat.completion``)."""
+
+    id: str
+    object: Literal["chat.completion"]
+    created: int
+    model: str
+    choices: list[ChatChoice]
+    usage: Usage
+    livethink: LivethinkFlags
+
+
+class ChunkDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    reasoning: str | None = None
+    reasoning_content: str | None = None
+
+
+class ChunkChoice(BaseModel):
+    index: int
+    delta: ChunkDelta
+    finish_reason: str | None
+    logprobs: None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One ``data:`` event of a streamed chat answer (OpenAI ``chat.completion.chunk``). The finish chunk carries
+    ``livethink``; the usage chunk (``stream_options.include_usage``) has ``choices: []`` and ``usage``."""
+
+    id: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    choices: list[ChunkChoice]
+    livethink: LivethinkFlags | None = None
+    usage: Usage | None = None
+
+
+class ModelCard(BaseModel):
+    """One entry of ``GET /v1/models``; served variants add their engine and thinking floor."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    object: Literal["model"]
+    created: int
+    owned_by: str
+    engine: str | None = None
+    root: str | None = None
+    description: str | None = None
+
+
+class ModelList(BaseModel):
+    object: Literal["list"]
+    data: list[ModelCard]
+
+
+class Health(BaseModel):
+    """``GET /health``: ``degraded`` when the A/B write path is failing or its spool is full."""
+
+    status: Literal["ok", "degraded"]
+    models: list[str]
+    engines: dict[str, str]
+    engine_fallback: str | None = Field(description="why engine.kind auto is not serving on vLLM, else null")
+    reasoning: dict[str, dict[str, Any]]
+    min_thinking_tokens: dict[str, int]
+    ab: dict[str, Any] | None = Field(default=None, description="the A/B write path, when an experiment runs")
+
+
+class VersionInfo(BaseModel):
+    version: str
+
+
+class OutcomeAck(BaseModel):
+    """``POST /v1/ab/outcomes`` answer: ``duplicate`` when the same event was already stored (idempotent)."""
+
+    event_id: str
+    status: Literal["stored", "duplicate", "spooled"]
+
+
+class ExperimentSummary(BaseModel):
+    """``GET /v1/ab/experiments/{name}``: per-arm metrics, tests and the verdict (see docs/ab_test.md)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    experiment: str
+    arms: dict[str, Any]
+    verdict: dict[str, Any]
+
+
+class AdminStatus(BaseModel):
+    controller: dict[str, Any]
+    engines: dict[str, Any]
+    experiments: dict[str, list[str]]
+    config: dict[str, Any] = Field(description="the server's config without auth")
+
+
 class ErrorDetail(BaseModel):
     message: str
-    type: str
-    param: str | None = None
+    type: str = Field(description="invalid_request_error, authentication_error, permission_error, ...")
+    param: str | None = Field(default=None, description="the offending field, e.g. messages.0.content")
     code: str | None = None
 
 
 class ErrorResponse(BaseModel):
+    """Every error of the server (OpenAI's shape). A 429 adds ``retry_after_ms`` and why it refused."""
+
+    model_config = ConfigDict(extra="allow")
+
     error: ErrorDetail
+    retry_after_ms: int | None = Field(default=None, description="429 only: the Retry-After header in ms")
+    experiment: str | None = Field(default=None, description="429 only: the viewer's A/B experiment")
+    arm: str | None = Field(default=None, description="429 only: the viewer's A/B arm")
+    reason: str | None = Field(default=None, description="429 only: why the request was refused")
 
 
 def model_card(name: str, created: int, owned_by: str = "livethink", **extra: Any) -> dict[str, Any]:

@@ -1,0 +1,148 @@
+"""How the routes document themselves in OpenAPI: request bodies, success and error responses of every route.
+
+The POST handlers read their bodies themselves (``app._parse``: the 413 size check and the server's own 400s for
+an empty, malformed or non-object body), so FastAPI does not see their models. Each POST route names its model in
+``openapi_extra`` (``request_body``) and ``openapi_schema`` adds those models to ``components``. Errors share one
+model (``ErrorResponse``, errors.py's shape). Validation errors are 400s here, so FastAPI's default 422 entry is
+removed. ``python -m livethink.serve.openapi --out docs/openapi.json`` writes the document.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI
+from fastapi.openapi.utils import get_openapi
+from fastapi.routing import APIRoute
+from pydantic import BaseModel
+from pydantic.json_schema import models_json_schema
+
+from livethink.serve.protocol import ErrorResponse
+
+REF = "#/components/schemas/{model}"
+REQUEST_MODEL_KEY = "x-livethink-request-model"
+STREAM_EVENT_KEY = "x-livethink-event-model"
+
+_MODELS: dict[str, type[BaseModel]] = {}  # the models named by request_body / event_stream, by class name
+
+_RETRY_AFTER = {
+    "Retry-After": {"description": "whole seconds to wait before retrying", "schema": {"type": "integer"}},
+}
+_ERRORS: dict[int, tuple[str, dict[str, Any]]] = {
+    400: ("invalid request: `error.param` names the field, `error.message` says why", {}),
+    401: ("missing or invalid bearer token (when the server has API keys)", {
+        "WWW-Authenticate": {"description": "`Bearer`", "schema": {"type": "string"}},
+    }),
+    403: ("a non-admin token on an admin endpoint (when the server has admin keys)", {}),
+    404: ("an unknown model, arm or experiment (`error.param` says which)", {}),
+    409: ("an outcome `event_id` reused with different content", {}),
+    413: ("the body is larger than `server.max_body_kb`", {}),
+    429: ("the deadline cannot be met at the current load; retry after `Retry-After` seconds", {
+        **_RETRY_AFTER,
+        "X-Retry-After-Ms": {"description": "the same wait in milliseconds", "schema": {"type": "integer"}},
+    }),
+    500: ("an unexpected server error (logged server-side; no stack trace)", {}),
+    503: ("the event cannot be recorded now (the store is down and the spool is full)", _RETRY_AFTER),
+}
+
+
+def operation_id(route: APIRoute) -> str:
+    """The route's handler name (``livestream_reply``, ``chat_completions``): the method names of generated clients."""
+    return route.name
+
+
+def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` entries for these error statuses, all with ``ErrorResponse``; 401 and 500 always."""
+    out: dict[int | str, dict[str, Any]] = {}
+    for status in sorted({*statuses, 401, 500}):
+        description, headers = _ERRORS[status]
+        entry: dict[str, Any] = {"model": ErrorResponse, "description": description}
+        if headers:
+            entry["headers"] = headers
+        out[status] = entry
+    return out
+
+
+def request_body(model: type[BaseModel], description: str) -> dict[str, Any]:
+    """``openapi_extra`` for a POST route whose handler parses ``model`` from the raw body itself."""
+    _MODELS[model.__name__] = model
+    return {
+        REQUEST_MODEL_KEY: model.__name__,
+        "requestBody": {
+            "required": True,
+            "description": description,
+            "content": {"application/json": {"schema": {"$ref": REF.format(model=model.__name__)}}},
+        },
+    }
+
+
+def event_stream(model: type[BaseModel], description: str) -> dict[str, Any]:
+    """A ``text/event-stream`` response whose ``data:`` lines are ``model`` JSON (then ``data: [DONE]``)."""
+    _MODELS[model.__name__] = model
+    return {
+        "schema": {"type": "string", "description": description},
+        STREAM_EVENT_KEY: model.__name__,
+    }
+
+
+def _collect(node: Any, key: str, found: dict[str, type[BaseModel]]) -> None:
+    """Pop every ``key`` (a model's name) from the document, keeping the models by name."""
+    if isinstance(node, dict):
+        name = node.pop(key, None)
+        if name is not None:
+            found[name] = _MODELS[name]
+        for value in node.values():
+            _collect(value, key, found)
+    elif isinstance(node, list):
+        for value in node:
+            _collect(value, key, found)
+
+
+def _add_components(schemas: dict[str, Any], models: list[tuple[type[BaseModel], str]]) -> None:
+    if not models:
+        return
+    _, defs = models_json_schema(models, ref_template=REF)
+    for name, schema in defs.get("$defs", {}).items():
+        if name in schemas and schemas[name] != schema:
+            raise ValueError(f"OpenAPI component {name!r} has two different schemas; rename one of the models")
+        schemas[name] = schema
+
+
+def _drop_422(document: dict[str, Any]) -> None:
+    for path in document.get("paths", {}).values():
+        for operation in path.values():
+            operation.get("responses", {}).pop("422", None)
+    schemas = document.get("components", {}).get("schemas", {})
+    for name in ("HTTPValidationError", "ValidationError"):
+        schemas.pop(name, None)
+
+
+def openapi_schema(app: FastAPI) -> dict[str, Any]:
+    """The app's OpenAPI document (cached on ``app.openapi_schema``, as FastAPI does)."""
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    document = get_openapi(
+        title=app.title,
+        version=app.version,
+        openapi_version=app.openapi_version,
+        description=app.description,
+        routes=app.routes,
+    )
+    requests: dict[str, type[BaseModel]] = {}
+    events: dict[str, type[BaseModel]] = {}
+    _collect(document, REQUEST_MODEL_KEY, requests)
+    _collect(document, STREAM_EVENT_KEY, events)
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    _add_components(schemas, [(m, "validation") for m in requests.values()])
+    _add_components(schemas, [(m, "serialization") for m in events.values()])
+    _drop_422(document)
+    document["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}
+    document["security"] = [{"bearer": []}, {}]
+    document["components"]["schemas"] = dict(sorted(schemas.items()))
+    app.openapi_schema = document
+    return document
+
+
+def install(app: FastAPI) -> None:
+    """Serve ``openapi_schema`` at ``/openapi.json`` (and ``/docs``) instead of FastAPI's default."""
+    app.openapi = lambda: openapi_schema(app)  # type: ignore[method-assign]
