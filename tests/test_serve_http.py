@@ -442,17 +442,22 @@ def test_ab_hooks_choose_the_budget_and_log_events(tokenizer, tmp_path):
     try:
         url = server.url
         seen: dict[str, str] = {}
+        engine_answered = 0
         for i in range(12):
             body = {**LIVE_BODY, "viewer_id": f"viewer-{i}"}
             d = HTTP.post(f"{url}{LIVE}", json=body, headers={SIMULATED_HEADER: "1"}, timeout=10).json()
             assert d["experiment"] == "budget_ab" and d["arm"] in ("think", "nothink")
             seen[body["viewer_id"]] = d["arm"]
+            assert d["deadline_ms"] == (800 if d["arm"] == "nothink" else 1000)
+            if d.get("fallback_reason"):  # a loaded machine may answer with the fallback, without the engine
+                continue
+            engine_answered += 1
             req = engine.requests[-1]
             assert req.thinking == (d["arm"] == "think")
-            assert d["deadline_ms"] == (800 if d["arm"] == "nothink" else 1000)
             if d["arm"] == "think":
                 assert engine.budgets[-1].thinking_cap <= 64
         assert set(seen.values()) == {"think", "nothink"}
+        assert engine_answered >= 6
         again = HTTP.post(f"{url}{LIVE}", json={**LIVE_BODY, "viewer_id": "viewer-3"}, timeout=10).json()
         assert again["arm"] == seen["viewer-3"]  # sticky
         forced = HTTP.post(f"{url}{LIVE}", json={**LIVE_BODY, "arm": "nothink"}, timeout=10).json()
