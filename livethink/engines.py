@@ -179,11 +179,11 @@ def load_generation_model(
 
     ``device`` ``auto``: the accelerator if torch sees one, else cpu. ``lora_path``: an adapter merged into this
     copy of the weights. The tokenizer pads on the left (batched prompts), with EOS as the pad token when it has
-    none. Router logits are a training-time output: they are off (with left padding they break Qwen3-MoE's
-    aux-loss code)."""
+    none. Router logits are a training-time output: a MoE checkpoint's are off (with left padding they break
+    Qwen3-MoE's aux-loss code)."""
     import torch
 
-    from livethink.models.loading import load_model, load_tokenizer_for, resolve_device
+    from livethink.models.loading import inspect_checkpoint, load_model, load_tokenizer_for, resolve_device
 
     device = resolve_device(device)
     if num_threads:
@@ -192,7 +192,8 @@ def load_generation_model(
     tokenizer.padding_side = "left"
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
-    model = load_model(path, dtype=dtype, config_overrides={"output_router_logits": False})
+    moe = "output_router_logits" in inspect_checkpoint(path, require_weights=False).config
+    model = load_model(path, dtype=dtype, config_overrides={"output_router_logits": False} if moe else None)
     if lora_path:
         from peft import PeftModel
 
