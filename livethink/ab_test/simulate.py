@@ -4,8 +4,9 @@ Two modes, one outcome model:
 
 - ``simulate_http``: replays viewer questions against a running livethink server (loopback only, bounded
   request count): ``POST /v1/livestream/reply`` (the server assigns the arm and logs the exposure), judge the
-  reply, draw outcomes, ``POST /v1/ab/outcomes``. Viewer ids start with ``sim-``, outcome payloads carry
-  ``simulated: true`` and reply requests the ``X-Livethink-Simulated: 1`` header.
+  reply (the rubric judge of ``livethink.rewards``, as in eval and training), draw outcomes,
+  ``POST /v1/ab/outcomes``. Viewer ids start with ``sim-``, outcome payloads carry ``simulated: true`` and reply
+  requests the ``X-Livethink-Simulated: 1`` header.
 - ``simulate_offline``: no server; each arm's replies are drawn from an ``ArmProfile`` and all events are
   written straight to the event store, labelled simulated. Used by the power benchmark and the demo.
 
@@ -22,9 +23,8 @@ import ipaddress
 import itertools
 import json
 import math
-import re
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -38,9 +38,12 @@ from livethink.ab_test.errors import ExperimentConfigError
 from livethink.ab_test.experiment import Experiment
 from livethink.ab_test.hooks import SIMULATED_HEADER
 from livethink.ab_test.store import EventStore
+from livethink.data.schema import Task
+from livethink.rewards.judge import Judge as RewardJudge
+from livethink.rewards.judge import RubricJudge
 
 MAX_REQUESTS = 100_000
-Judge = Callable[[dict, str], tuple[bool | None, bool | None]]
+_RUBRIC = RubricJudge()
 
 
 class _Strict(BaseModel):
@@ -252,7 +255,7 @@ BUILTIN_TASKS: tuple[dict, ...] = (
         "product_docs": [{"product_id": "p1", "title": "Linen shirt", "text": "Price: $39. Sizes S-XL. Ships in 2 days. Free returns within 30 days."}],
         "question": "How many days until it ships?",
         "reference": {"kind": "number", "value": 2, "unit": "days"},
-        "helpful_facts": [{"fact": "Free returns within 30 days.", "match": ["return"]}],
+        "helpful_facts": [{"fact": "Free returns within 30 days.", "match": ["returns", "return"]}],
     },
     {
         "product_docs": [{"product_id": "p2", "title": "Trail shoes", "text": "Price: $89, 20% off today. Colours: black, olive. Waterproof."}],
@@ -273,43 +276,34 @@ BUILTIN_TASKS: tuple[dict, ...] = (
         "helpful_facts": [{"fact": "Warranty 12 months.", "match": ["warranty", "12 months"]}],
     },
 )  # fmt: skip
-_NOT_STATED = (
-    "not stated",
-    "not mentioned",
-    "doesn't say",
-    "does not say",
-    "no information",
-    "not listed",
-    "unknown",
-)
-_NUM = re.compile(r"-?\d+(?:\.\d+)?")
+_JUDGE_DEFAULTS = {"id": "sim", "split": "test", "kind": "attribute", "difficulty": 1}
 
 
-def judge_reply(task: dict, reply: str) -> tuple[bool | None, bool | None]:
-    """Stand-in rubric judge (no LLM): (correct, helpful) from the task's reference/helpful facts, None if absent.
+def judge_task(record: dict) -> Task | None:
+    """The judge's view of a viewer-question record: a ``Task`` (``id``, ``split``, ``kind`` and ``difficulty``
+    default when absent), or None when it has no ``reference`` (nothing to judge correctness against).
+    A record that does not fit the task schema raises ``ValueError`` naming the field."""
+    if not record.get("reference"):
+        return None
+    fields = {**_JUDGE_DEFAULTS, **{k: v for k, v in record.items() if k in Task.model_fields}}
+    try:
+        return Task.model_validate(fields)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "task"
+        raise ValueError(f"{where}: {first['msg']}") from exc
 
-    Library users can pass the real judge of ``livethink.rewards`` instead.
-    """
-    text = (reply or "").lower()
-    ref = task.get("reference")
-    correct = None
-    if isinstance(ref, dict):
-        kind, value = ref.get("kind"), ref.get("value")
-        if kind == "number" and value is not None:
-            correct = any(
-                abs(float(x) - float(value)) <= 1e-6 * max(1.0, abs(float(value))) for x in _NUM.findall(text)
-            )
-        elif kind == "entity" and value:
-            names = [str(value), *ref.get("aliases", [])]
-            correct = any(str(n).lower() in text for n in names)
-        elif kind == "yes_no" and value is not None:
-            m = re.search(r"\b(yes|no)\b", text)
-            correct = m is not None and (m.group(1) == "yes") == bool(value)
-        elif kind == "not_stated":
-            correct = any(p in text for p in _NOT_STATED)
-    facts = task.get("helpful_facts") or []
-    helpful = any(p.lower() in text for f in facts for p in f.get("match", [])) if facts else None
-    return correct, helpful
+
+def judge_reply(task: dict | Task | None, reply: str, judge: RewardJudge | None = None) -> tuple[bool | None, bool | None]:
+    """(correct, helpful) of a reply by the rubric judge (or ``judge``): the verdict eval and training use.
+
+    None means not judged: correctness when the task has no reference, helpfulness when it lists no helpful
+    facts (the rubric would call every reply unhelpful; the outcome model then applies no helpfulness effect)."""
+    task = judge_task(task) if isinstance(task, dict) else task
+    if task is None:
+        return None, None
+    verdict = (judge or _RUBRIC).score(task, reply or "")
+    return bool(verdict.correct), (bool(verdict.helpful) if task.helpful_facts else None)
 
 
 def load_tasks(path: str | Path | None) -> list[dict]:
@@ -324,6 +318,10 @@ def load_tasks(path: str | Path | None) -> list[dict]:
         for key in ("product_docs", "question"):
             if key not in rec:
                 raise ValueError(f"{path}:{i}: {key}: missing")
+        try:
+            judge_task(rec)
+        except ValueError as exc:
+            raise ValueError(f"{path}:{i}: {exc}") from exc
         tasks.append(rec)
     if not tasks:
         raise ValueError(f"{path}: no tasks")
@@ -357,16 +355,24 @@ async def simulate_http(
     concurrency: int = 4,
     deadline_ms: int = 1000,
     timeout_s: float = 30.0,
-    judge: Judge = judge_reply,
+    judge: RewardJudge | None = None,
     client: httpx.AsyncClient | None = None,
     run_id: str | None = None,
 ) -> dict[str, Any]:
-    """Send ``requests`` viewer questions to a running server and post the simulated outcomes."""
+    """Send ``requests`` viewer questions to a running server and post the simulated outcomes.
+
+    Replies are judged by ``judge`` (default: the rubric judge of ``livethink.rewards``, as in eval and training)."""
     base = check_loopback(base_url)
     if not 1 <= requests <= MAX_REQUESTS:
         raise ValueError(f"requests: must be between 1 and {MAX_REQUESTS}")
     n_viewers = viewers or requests
     tasks = list(tasks or BUILTIN_TASKS)
+    judged = []
+    for i, task in enumerate(tasks):
+        try:
+            judged.append(judge_task(task))
+        except ValueError as exc:
+            raise ValueError(f"tasks[{i}]: {exc}") from exc
     om = (config or SimulationConfig()).outcome_model
     rng = np.random.default_rng(seed)
     run = run_id or f"h{seed}-{int(time.time())}"
@@ -418,7 +424,7 @@ async def simulate_http(
                 return
             stats["replies_ok"] += 1
             ok, arm, latency = True, data["arm"], float(data["timings"]["e2e_ms"])
-            correct, helpful = judge(task, data["reply"])
+            correct, helpful = judge_reply(judged[i % len(tasks)], data["reply"], judge)
         stats["latency_ms"].append(latency)
         if arm is None:
             stats["not_in_experiment"] += 1

@@ -6,6 +6,7 @@ viewer sees on an idle engine): end to end for the full reply, and time to first
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -13,6 +14,15 @@ from pathlib import Path
 
 from livethink.data.prompt import build_messages
 from livethink.data.schema import Task
+from livethink.engines import (
+    build_llm,
+    calculator_extra_args,
+    choose_engine,
+    load_generation_model,
+    shutdown_llm,
+)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -37,11 +47,11 @@ def prompt_texts(tokenizer, tasks: Sequence[Task], starts: Mapping[str, str] | N
 
 
 def resolve_engine(engine: str) -> str:
-    if engine != "auto":
-        return engine
-    from livethink.doctor import vllm_status
-
-    return "vllm" if vllm_status()[0] else "transformers"
+    """``vllm`` or ``transformers`` for ``auto | vllm | transformers``; a fallback from ``auto`` is logged with why."""
+    choice = choose_engine(engine)
+    if choice.fallback_reason:
+        log.warning("engine auto: %s; generating with transformers", choice.fallback_reason)
+    return choice.kind
 
 
 class VLLMGenerator:
@@ -49,19 +59,9 @@ class VLLMGenerator:
 
     def __init__(self, model_dir: str | Path, max_model_len: int = 2048, dtype: str = "bfloat16", seed: int = 0,
                  calculator: bool = False):
-        import os
-
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
-        from vllm import LLM
-
-        processors, self.extra_args = [], None
-        if calculator:
-            from livethink.calculator.processors import REQUEST_FLAG
-            from livethink.calculator.vllm_processor import VLLMCalculatorLogitsProcessor
-
-            processors, self.extra_args = [VLLMCalculatorLogitsProcessor], {REQUEST_FLAG: True}
-        self.llm = LLM(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, enforce_eager=True, seed=seed,
-                       logits_processors=processors)
+        self.llm = build_llm(model_dir, kv_cache_gib=2, dtype=dtype, max_model_len=max_model_len, seed=seed,
+                             calculator=calculator)
+        self.extra_args = calculator_extra_args(calculator)
         self.tokenizer = self.llm.get_tokenizer()
 
     def _params(self, max_tokens: int, temperature: float):
@@ -91,6 +91,7 @@ class VLLMGenerator:
         return probes
 
     def close(self) -> None:
+        shutdown_llm(self.llm)
         del self.llm
 
 
@@ -100,17 +101,11 @@ class TransformersGenerator:
     def __init__(self, model_dir: str | Path, batch_size: int = 16, calculator: bool = False,
                  device: str = "auto", dtype: str = "float32"):
         import torch
-        from transformers import AutoTokenizer
-
-        from livethink.models.loading import load_model, resolve_device
 
         self.torch = torch
-        self.device = torch.device(resolve_device(device))
-        self.tokenizer = AutoTokenizer.from_pretrained(str(model_dir))
-        self.tokenizer.padding_side = "left"
-        # Router logits are a training-time output; with left padding they break Qwen3-MoE's aux-loss code.
-        self.model = load_model(model_dir, dtype=dtype,
-                                config_overrides={"output_router_logits": False}).to(self.device).eval()
+        model, self.tokenizer, device = load_generation_model(model_dir, dtype=dtype, device=device)
+        self.device = torch.device(device)
+        self.model = model
         self.batch_size = batch_size
         self.calculator = calculator
 
@@ -171,9 +166,6 @@ def make_generator(model_dir: str | Path, engine: str = "auto", max_model_len: i
     there is one); vLLM picks its own device and runs in bfloat16."""
     if not Path(model_dir).is_dir():
         raise FileNotFoundError(f"model dir not found: {model_dir}")
-    engine = resolve_engine(engine)
-    if engine == "vllm":
+    if resolve_engine(engine) == "vllm":
         return VLLMGenerator(model_dir, max_model_len=max_model_len, calculator=calculator)
-    if engine == "transformers":
-        return TransformersGenerator(model_dir, calculator=calculator, device=device, dtype=dtype)
-    raise ValueError(f"engine must be auto, vllm or transformers, got {engine!r}")
+    return TransformersGenerator(model_dir, calculator=calculator, device=device, dtype=dtype)

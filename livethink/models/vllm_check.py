@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
 from pathlib import Path
 from typing import Any
@@ -36,15 +35,13 @@ def vllm_smoke(
     not representative: the CPU worker's thread binding then competes with this process's own threads.
     Timed generation follows one warm-up batch and ignores EOS, so every sequence has ``max_tokens`` tokens.
     """
-    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(kv_cache_gib))
-    extra: dict[str, Any] = {}
-    if single_process:
-        os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"
-        extra["distributed_executor_backend"] = "uni"
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams  # vLLM reads its environment when the engine starts (in build_llm)
+
+    from livethink.engines import build_llm
 
     t0 = time.perf_counter()
-    llm = LLM(model=str(model_dir), dtype=dtype, max_model_len=max_model_len, enforce_eager=True, seed=0, **extra)
+    llm = build_llm(model_dir, kv_cache_gib=kv_cache_gib, single_process=single_process, dtype=dtype,
+                    max_model_len=max_model_len, seed=0)
     load_s = time.perf_counter() - t0
 
     # The chat template must render inside vLLM too (its renderer, the tokenizer from the directory).

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import time
 import uuid
 from pathlib import Path
@@ -25,7 +26,7 @@ from livethink.ab_test.hooks import (
     open_hooks,
     record_outcome,
 )
-from livethink.ab_test.simulate import check_loopback, judge_reply, simulate_http
+from livethink.ab_test.simulate import BUILTIN_TASKS, check_loopback, judge_reply, load_tasks, simulate_http
 from livethink.ab_test.store import EventStore
 
 EXP = parse_experiment(
@@ -184,14 +185,28 @@ def test_loopback_only_and_bounds() -> None:
         asyncio.run(simulate_http("http://127.0.0.1:1", "live1", requests=0))
 
 
-def test_judge_reply() -> None:
-    number = {
-        "reference": {"kind": "number", "value": 2},
-        "helpful_facts": [{"fact": "f", "match": ["return"]}],
-    }
-    assert judge_reply(number, "Ships in 2 days, free returns.") == (True, True)
-    assert judge_reply(number, "Ships in 3 days.") == (False, False)
-    assert judge_reply({"reference": {"kind": "yes_no", "value": True}}, "Yes, waterproof.") == (True, None)
-    assert judge_reply({"reference": {"kind": "not_stated"}}, "The colour is not stated.")[0] is True
-    assert judge_reply({"reference": {"kind": "entity", "value": "Lumo"}}, "It's by lumo.")[0] is True
-    assert judge_reply({}, "anything") == (None, None)
+def test_judge_reply_is_the_rubric_judge() -> None:
+    ships, shoes, mug, lamp = BUILTIN_TASKS
+    assert judge_reply(ships, "Ships in 2 days, and returns are free within 30 days.") == (True, True)
+    assert judge_reply(ships, "Ships in 2 days.") == (True, False)  # correct, adds no doc fact
+    assert judge_reply(ships, "Ships in 3 days.") == (False, False)
+    # the rubric's rule: a right answer beside a number the docs do not support is not correct
+    assert judge_reply(ships, "Ships in 2 days, only $35 today, free returns.") == (False, False)
+    assert judge_reply(shoes, "Yes, they are waterproof, and 20% off today.") == (True, True)
+    assert judge_reply(shoes, "No.") == (False, False)
+    assert judge_reply(mug, "The colour is not stated in the docs.") == (True, False)
+    assert judge_reply(lamp, "It is made by Lumo.") == (True, False)
+    no_facts = {k: v for k, v in lamp.items() if k != "helpful_facts"}
+    assert judge_reply(no_facts, "It is made by Lumo.") == (True, None)  # helpfulness not judged
+    no_reference = {k: v for k, v in lamp.items() if k != "reference"}
+    assert judge_reply(no_reference, "It is made by Lumo.") == (None, None)
+
+
+def test_simulator_rejects_a_task_the_judge_cannot_read(tmp_path: Path) -> None:
+    bad = {**BUILTIN_TASKS[0], "reference": {"kind": "number", "value": "two"}}
+    with pytest.raises(ValueError, match=r"tasks\[1\]: reference: .*'two' does not fit kind 'number'"):
+        asyncio.run(simulate_http("http://127.0.0.1:1", "live1", requests=1, tasks=[BUILTIN_TASKS[0], bad]))
+    path = tmp_path / "tasks.jsonl"
+    path.write_text(json.dumps({**BUILTIN_TASKS[0], "history": [{"role": "bot", "content": "hi"}]}) + "\n")
+    with pytest.raises(ValueError, match=r"tasks.jsonl:1: history.0.role"):
+        load_tasks(path)

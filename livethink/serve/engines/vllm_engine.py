@@ -22,13 +22,13 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import os
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from livethink.data.reasoning_format import THINK, ReasoningFormat, resolve
+from livethink.engines import build_async_llm, calculator_extra_args, kv_cache_env
 from livethink.serve.budget import TokenBudget
 from livethink.serve.engines.base import (
     Delta,
@@ -39,6 +39,8 @@ from livethink.serve.engines.base import (
 )
 
 log = logging.getLogger(__name__)
+
+__all__ = ["BudgetForcing", "VLLMEngine", "VLLMSettings", "kv_cache_env", "native_budget_supported"]
 
 BudgetForcing = Literal["auto", "native", "two_phase"]
 
@@ -69,19 +71,6 @@ class _Run:
     continue_with_end: bool = False
     natural: bool = False  # the model closed the think block itself (two-phase stop on </think>)
     text: str = ""  # phase-1 text (re-encoded when a multi-token end string stopped it)
-
-
-def kv_cache_env(kv_cache_gib: int | None, environ: dict[str, str] | os._Environ = os.environ) -> str | None:
-    """The ``VLLM_CPU_KVCACHE_SPACE`` value vLLM will read: an existing one (checked), else ``kv_cache_gib``.
-
-    vLLM parses it with ``int()``: a value such as ``"1.0"`` stops its engine with an unhelpful error, so it is
-    refused here with the variable named."""
-    current = environ.get("VLLM_CPU_KVCACHE_SPACE")
-    if current is not None:
-        if not current.strip().isdigit():
-            raise ValueError(f"VLLM_CPU_KVCACHE_SPACE={current!r}: vLLM needs a whole number of GiB, e.g. 1")
-        return current
-    return None if kv_cache_gib is None else str(int(kv_cache_gib))
 
 
 def native_budget_supported() -> bool:
@@ -122,14 +111,9 @@ class VLLMEngine:
     # -- lifecycle --------------------------------------------------------------------------------------
     async def start(self) -> None:
         from transformers import AutoTokenizer
-        from vllm.engine.arg_utils import AsyncEngineArgs
         from vllm.lora.request import LoRARequest
-        from vllm.v1.engine.async_llm import AsyncLLM
 
         s = self.settings
-        kv = kv_cache_env(s.kv_cache_gib)
-        if kv is not None:
-            os.environ["VLLM_CPU_KVCACHE_SPACE"] = kv
         self._tokenizer = AutoTokenizer.from_pretrained(self.base_path)
         # the adapters' formats first: LoRA variants trained by livethink over a released base carry theirs
         fmt, why = resolve(s.reasoning, self._tokenizer, *sorted(p for p in self.variants.values() if p), self.base_path)
@@ -144,35 +128,23 @@ class VLLMEngine:
                 "engine.budget_forcing: native needs a vLLM build with thinking_token_budget and single-token "
                 f"<think>/</think> delimiters; this model's reasoning format is {fmt.describe()} ({why})"
             )
-        kwargs: dict[str, Any] = {
-            "model": self.base_path,
-            "dtype": s.dtype,
-            "max_model_len": s.max_model_len,
-            "enforce_eager": s.enforce_eager,
-            "tensor_parallel_size": s.tensor_parallel_size,
-            "seed": s.seed,
-            "disable_log_stats": True,
-        }
-        if s.gpu_memory_utilization is not None:
-            kwargs["gpu_memory_utilization"] = s.gpu_memory_utilization
+        extra: dict[str, Any] = {"disable_log_stats": True}
         if s.max_num_seqs is not None:
-            kwargs["max_num_seqs"] = s.max_num_seqs
+            extra["max_num_seqs"] = s.max_num_seqs
         if s.enable_prefix_caching is not None:
-            kwargs["enable_prefix_caching"] = s.enable_prefix_caching
+            extra["enable_prefix_caching"] = s.enable_prefix_caching
         adapters = {name: path for name, path in self.variants.items() if path}
         if adapters:
-            kwargs.update(enable_lora=True, max_loras=len(adapters), max_lora_rank=s.max_lora_rank)
-        if s.calculator:
-            from livethink.calculator.vllm_processor import VLLMCalculatorLogitsProcessor
-
-            kwargs["logits_processors"] = [VLLMCalculatorLogitsProcessor]
+            extra.update(enable_lora=True, max_loras=len(adapters), max_lora_rank=s.max_lora_rank)
         if native:
             from vllm.config.reasoning import ReasoningConfig
 
-            kwargs.update(
-                reasoning_parser="qwen3", reasoning_config=ReasoningConfig(reasoning_end_str=fmt.forced_end)
-            )
-        self._llm = AsyncLLM.from_engine_args(AsyncEngineArgs(**kwargs))
+            extra.update(reasoning_parser="qwen3", reasoning_config=ReasoningConfig(reasoning_end_str=fmt.forced_end))
+        self._llm = build_async_llm(
+            self.base_path, kv_cache_gib=s.kv_cache_gib, dtype=s.dtype, max_model_len=s.max_model_len,
+            enforce_eager=s.enforce_eager, seed=s.seed, tensor_parallel_size=s.tensor_parallel_size,
+            gpu_memory_utilization=s.gpu_memory_utilization, calculator=s.calculator, engine_kwargs=extra,
+        )
         from vllm import SamplingParams
 
         self._has_stream_interval = hasattr(SamplingParams(), "stream_interval")
@@ -223,9 +195,7 @@ class VLLMEngine:
         if o.stream_interval > 1 and self._has_stream_interval:
             extra["stream_interval"] = o.stream_interval
         if self.settings.calculator:
-            from livethink.calculator.processors import REQUEST_FLAG
-
-            extra["extra_args"] = {REQUEST_FLAG: True}
+            extra["extra_args"] = calculator_extra_args(True)
         return SamplingParams(
             max_tokens=max(1, max_tokens),
             temperature=o.temperature,
