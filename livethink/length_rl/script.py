@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import time
 from pathlib import Path
 
@@ -40,7 +39,9 @@ def build_trainer(cfg: GRPOVariantConfig, dataset: Dataset | None = None):
     from livethink.models.loading import load_tokenizer_for
 
     if cfg.use_vllm and cfg.use_cpu:
-        os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(cfg.vllm_cpu_kvcache_gb))
+        from livethink.engines import set_kv_cache_env
+
+        set_kv_cache_env(cfg.vllm_cpu_kvcache_gb)  # the operator's own (checked) value wins
     tokenizer = load_tokenizer_for(cfg.model_name_or_path)
     tokenizer.padding_side = "left"
     ctx = RewardContext(l_ref=cfg.l_ref or None, zero_reward_if_cut=cfg.zero_reward_if_cut)
