@@ -118,7 +118,9 @@ class Client:
             return Outcome(0, (time.monotonic() - t0) * 1000, arm)
         o = Outcome(r.status_code, ms, arm)
         if r.status_code == 429 and self.kind == "livethink":
-            o.arm = json.loads(content).get("arm") or arm  # the A/B arm the refused viewer was assigned
+            error = json.loads(content)
+            o.arm = error.get("arm") or arm  # the A/B arm the refused viewer was assigned
+            o.fallback_reason = (error.get("error") or {}).get("reason") or error.get("reason")  # why it was shed
         if r.status_code != 200:
             return o
         data = json.loads(content)
@@ -185,6 +187,7 @@ def summarize(outs: list[Outcome], deadline_ms: int, wall_s: float | None = None
         "requests": n,
         "accepted": len(ok),
         "rejected_429": sum(o.status == 429 for o in outs),
+        "rejected_below_min_thinking": sum(o.status == 429 and o.fallback_reason == "below_min_thinking" for o in outs),
         "hangs_or_transport_errors": sum(o.status == 0 for o in outs),
         "errors": sum(o.status not in (0, 200, 429) for o in outs),
         "fallback": sum(o.fallback for o in ok),
@@ -215,25 +218,26 @@ def meets_latency(s: dict[str, Any], deadline_ms: int) -> bool:
 def _row(label: str, s: dict[str, Any]) -> str:
     c, sv, g = s["client_ms"], s["server_ms"], s["gap_ms"]
     w = s["within_deadline_of_accepted"]
-    return (f"| {label} | {s['requests']} | {s['accepted']} | {s['rejected_429']} | {s['fallback']} "
+    return (f"| {label} | {s['requests']} | {s['accepted']} | {s['rejected_429']} ({s.get('rejected_below_min_thinking', 0)}) | {s['fallback']} "
             f"({s['fallback_below_min_thinking']}) | {s['hangs_or_transport_errors']} | {s['errors']} | "
             f"{c['p50']} / {c['p99']} / {c['max']} | {sv['p50']} / {sv['p99']} | {g['p50']} / {g['max_abs']} | "
             f"{'-' if w is None else f'{100 * w:.1f}%'} | {100 * (s['goodput_share'] or 0):.1f}% |")
 
 
-HEADER = ("| scenario | sent | ok | 429 | fallback (below floor) | hang | err | client p50 / p99 / max ms | "
+HEADER = ("| scenario | sent | ok | 429 (below floor) | fallback (below floor) | hang | err | client p50 / p99 / max ms | "
           "server p50 / p99 ms | gap p50 / max ms | within deadline (accepted, client) | goodput (of sent) |\n"
           "|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|")
 
 
-def write_report(result: dict[str, Any], out: Path) -> Path:
+def write_report(result: dict[str, Any], out: Path, tag: str = "") -> Path:
     out.mkdir(parents=True, exist_ok=True)
-    (out / "serve_load.json").write_text(json.dumps(result, indent=2) + "\n")
+    stem = f"serve_load_{tag}" if tag else "serve_load"
+    (out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
     env = result["environment"]
     lines = ["# Serving load benchmark: the `make demo` deployment (`benchmarks/serve_load.py`)", "",
              f"Command: `{result['command']}`  ",
-             f"Machine: {env['cpus']} CPUs **shared with other engineers' jobs while it ran** (load average "
-             f"before/after {env['loadavg_before']} / {env['loadavg_after']}), Python {env['python']}, deadline "
+             f"Machine: {env['cpus']} CPUs (load average before/after {env['loadavg_before']} / "
+             f"{env['loadavg_after']}), Python {env['python']}, deadline "
              f"{result['deadline_ms']} ms, {env['total_s']} s in all. Latency by the client's clock (loopback "
              "HTTP, httpx); the server's own `timings.e2e_ms` beside it.", ""]
     lines += [f"**Note:** {n}  " for n in result["notes"]]
@@ -265,8 +269,8 @@ def write_report(result: dict[str, Any], out: Path) -> Path:
     lines += ["goodput = correct AND helpful by `RubricJudge`, not the fallback, within the deadline by the client's "
               "clock, as a share of all requests sent (refused ones count as misses). 'gap' = client − server "
               "latency of the same reply.", ""]
-    (out / "serve_load.md").write_text("\n".join(lines))
-    return out / "serve_load.md"
+    (out / f"{stem}.md").write_text("\n".join(lines))
+    return out / f"{stem}.md"
 
 
 # -- main -------------------------------------------------------------------------------------------------
@@ -293,6 +297,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
                    help="extra config override for the livethink servers (e.g. engine.kind=transformers)")
     p.add_argument("--out", type=Path, default=OUT)
+    p.add_argument("--tag", default="", help="results go to serve_load_<tag>.{json,md} (e.g. another deadline)")
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
 
@@ -431,7 +436,7 @@ def main(argv: list[str] | None = None) -> int:
                              "loadavg_before": loadavg_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()],
                              "total_s": round(time.monotonic() - t_start, 1)}
     result["command"] = "python benchmarks/serve_load.py " + " ".join(argv if argv is not None else sys.argv[1:])
-    md = write_report(result, args.out)
+    md = write_report(result, args.out, args.tag)
     shutil.rmtree(workdir, ignore_errors=True)
     print(md.read_text())
     return 0
