@@ -4,7 +4,7 @@ The floor comes from the model's config (``models.<name>.min_thinking_tokens``) 
 the thinking calibration saved beside its checkpoint by ``livethink eval --thinking-caps ...``
 (``livethink.eval.thinking_curve``); without either it is 0 (no floor). A request whose planned thinking cap
 falls below the floor is shed (429 + Retry-After), answered with the configured honest fallback reply, or
-answered anyway (the old forced guess), per endpoint (``endpoints.<name>.below_min_thinking``).
+answered anyway (a forced guess), per endpoint (``endpoints.<name>.below_min_thinking``).
 """
 
 from __future__ import annotations
