@@ -43,6 +43,14 @@ def test_a_negative_result_is_not_a_price():
     assert evaluate("5.00", "−", "10.00") is None
 
 
+def test_a_sampled_run_of_digits_is_not_a_price_and_does_not_raise():
+    huge = "9" * 30
+    assert evaluate(huge, "×", huge) is None  # cents() cannot quantize this: it raised and stopped GRPO's rollouts
+    assert next_result_char(f"Total: {huge} × {huge} = ") is None
+    assert evaluate("999,999,999,999.99", "+", "0.01") is None  # 10**12: over MAX_RESULT (10**12)
+    assert evaluate("999,999,999,999.98", "+", "0.01") == "999,999,999,999.99"
+
+
 @pytest.mark.parametrize(("text", "char"), [
     ("Subtotal: 67.20 × 3 = ", "2"),  # 201.60
     ("Subtotal: 67.20 × 3 = 201", "."),

@@ -23,6 +23,7 @@ _NUMBER = r"\d{1,3}(?:,\d{3})+(?:\.\d+)?|\d+(?:\.\d+)?"
 _PENDING = re.compile(rf"(?<![\d.,])({_NUMBER}) ([×x*−\-+]) ((?:{_NUMBER})%?) = ([\d,.]*)$")
 MAX_TAIL_CHARS = 64  # the longest "A op B = result" a trace writes, with room to spare
 RESULT_CHARS = frozenset("0123456789,.")
+MAX_RESULT = Decimal(10) ** 12  # above any price sum (and exact in the float cents() returns)
 
 
 def _decimal(text: str) -> Decimal:
@@ -47,7 +48,7 @@ def evaluate(left: str, op: str, right: str) -> str | None:
         value = a - b
     else:
         value = a + b
-    if value < 0:
+    if value < 0 or value >= MAX_RESULT:  # no price sum; a sampled run of digits must not stop decoding
         return None
     return f"{cents(value):,.2f}"  # the till's half-up rounding, as the teacher and the references round
 
