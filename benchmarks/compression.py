@@ -395,6 +395,8 @@ def markdown(report: dict[str, Any]) -> str:
             f"{r['meets_target_seeds']}/{len(r['seeds'])} |")
     lines += ["", "Target: ≥ 60 % fewer tokens than the RFT student, correctness ≥ RFT − 2 points, helpfulness ≥ RFT, "
               "on every seed.", ""]
+    lines += [f"**Failed run (left out):** {f['variant']} seed {f['seed']}: {f['error']}  "
+              for f in report.get("failed_runs", [])]
     best = report.get("best")
     if best:
         met = sum(v["met"] for v in report["best_verdicts"].values())
@@ -410,7 +412,7 @@ def markdown(report: dict[str, Any]) -> str:
     else:
         lines.append("**Best livethink variant**: none evaluated.")
     lines += ["", "## SIRI, DOT and DRPO against each baseline at equal tokens (means over seeds)", "",
-              "Each baseline's curve runs from the RFT student through its midpoint to its final point; the "
+              "Each baseline's curve runs from the RFT student through its midpoint (when evaluated) to its final point; the "
               "challenger is compared with the curve's point at the challenger's token count.", ""]
     for name, by_baseline in report.get("vs_baselines", {}).items():
         lines += [f"- **{name}**"] + [f"  - vs {b}: {v}" for b, v in by_baseline.items()]
@@ -583,14 +585,25 @@ def main(argv: list[str] | None = None) -> int:
                          "train": summary if final else {}})
         return rows
 
+    failed: list[dict[str, Any]] = []
+
+    def job_rows(seed: int, variant: str) -> list[dict[str, Any]]:
+        """One run's rows; a failed run is reported (and left out) instead of stopping the others."""
+        try:
+            return train_and_evaluate(seed, variant)
+        except RuntimeError as exc:
+            print(f"[{(time.perf_counter() - start) / 60:5.1f} min] FAILED {variant} seed {seed}: {exc}", flush=True)
+            failed.append({"variant": variant, "seed": seed, "error": str(exc).splitlines()[0]})
+            return []
+
     jobs = [(seed, variant) for seed in args.seeds for variant in variants]
     if args.jobs > 1:  # each run is its own processes; the threads only wait on them
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(args.jobs) as pool:
-            per_seed = [row for rows in pool.map(lambda job: train_and_evaluate(*job), jobs) for row in rows]
+            per_seed = [row for rows in pool.map(lambda job: job_rows(*job), jobs) for row in rows]
     else:
-        per_seed = [row for job in jobs for row in train_and_evaluate(*job)]
+        per_seed = [row for job in jobs for row in job_rows(*job)]
 
     timing: dict[str, Any] = {}
     if args.timing_steps:
@@ -630,7 +643,7 @@ def main(argv: list[str] | None = None) -> int:
                  "max_completion_length": args.max_completion_length, "lr": args.lr, "rollouts": args.rollouts,
                  "eval_tasks": rft_o["n"], "eval_max_tokens": args.eval_max_tokens, "calculator": args.calculator,
                  "total_wall_min": round(total, 1)},
-        "per_seed": per_seed, "rollout_timing": timing,
+        "per_seed": per_seed, "rollout_timing": timing, "failed_runs": failed,
     }
     report.update(analyse(per_seed, rft_row))
     write_outputs(report, out)
