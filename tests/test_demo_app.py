@@ -282,14 +282,14 @@ def test_compression_files(tmp_path):
     )
     table, _, _ = compression.load_compression(tmp_path, None)
     assert "| variant | tokens |" in table and "| drpo | 51.5 |" in table
-    (tmp_path / "compression.md").write_text("# Pareto\n| a |\n|---|\n| 1 |\n\n![plot](compression_correctness.png)\n")
+    (tmp_path / "compression.md").write_text("# Pareto\n| a |\n|---|\n| 1 |\n\n![plot](compression_pareto.png)\n")
     (tmp_path / "eval.md").write_text("# Eval\n")
     table, png, ev = compression.load_compression(tmp_path, tmp_path / "eval.md")
     assert table.startswith("# Pareto") and "| 1 |" in table and "![" not in table and ev == "# Eval\n"
     from PIL import Image
 
-    Image.new("RGB", (40, 30), "white").save(tmp_path / "compression_correctness.png")  # as the benchmark names it
-    assert compression.load_compression(tmp_path, None)[1] == str(tmp_path / "compression_correctness.png")
+    Image.new("RGB", (40, 30), "white").save(tmp_path / "compression_pareto.png")  # as the benchmark names it
+    assert compression.load_compression(tmp_path, None)[1] == str(tmp_path / "compression_pareto.png")
     Image.new("RGB", (40, 30), "white").save(tmp_path / "compression.png")
     assert compression.load_compression(tmp_path, None)[1] == str(tmp_path / "compression.png")
 

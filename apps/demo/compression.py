@@ -1,8 +1,8 @@
 """The Compression tab: the stage-2 Pareto plot and table, and the evaluation report, read from disk.
 
 Files (written by others; the tab only reads them, and says what to run when they are missing):
-``{results_dir}/compression.png`` or, as ``benchmarks/compression.py`` writes it, ``compression_correctness.png``
-(correctness vs tokens per variant), ``compression.md``
+``{results_dir}/compression.png`` or, as ``benchmarks/compression.py`` writes it, ``compression_pareto.png``
+(correctness and helpfulness vs tokens per method), ``compression.md``
 (the table), ``compression.json`` (the numbers; shown as a table when there is no Markdown), and the eval
 report ``runs/tiny/eval/eval.md``.
 """
@@ -45,7 +45,7 @@ def load_compression(results_dir: str | Path, eval_report: str | Path | None) ->
     """(Pareto table Markdown, path of the Pareto PNG or None, eval report Markdown)."""
     d = Path(results_dir)
     md, js = d / "compression.md", d / "compression.json"
-    png = next((p for p in (d / "compression.png", d / "compression_correctness.png") if p.is_file()), d / "compression.png")
+    png = next((p for p in (d / "compression.png", d / "compression_pareto.png") if p.is_file()), d / "compression.png")
     if md.is_file():
         # the report's own image links are relative to its folder; the tab shows the plot above the table instead
         table = "\n".join(line for line in md.read_text(encoding="utf-8", errors="replace").splitlines()
