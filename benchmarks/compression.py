@@ -368,7 +368,9 @@ def markdown(report: dict[str, Any]) -> str:
         "# Compression benchmark: stage-2 variants and baselines over seeds", "",
         f"Command: `{m['command']}`", "",
         f"Machine: {m['machine']}; torch threads {m['threads']}; date {m['date']}. Whole benchmark "
-        f"{m['total_wall_min']:.1f} min.", "",
+        f"{m['total_wall_min']:.1f} min"
+        + (" in this invocation, which reused finished runs (--resume): each run's training time is in the per-seed "
+           "table." if "--resume" in m["command"] else "."), "",
         seeds_statement(m), "",
         f"Budget per method and seed: {m['steps']} GRPO steps × {m['prompts_per_step']} prompts × {m['generations']} "
         f"completions (max {m['max_completion_length']} tokens), lr {m['lr']}, rollouts on {m['rollouts']} (dler also "
