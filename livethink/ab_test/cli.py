@@ -57,7 +57,10 @@ def _parser() -> argparse.ArgumentParser:
         "--tasks", type=Path, help="JSONL of task records (product_docs, question, reference, ...)"
     )
     s.add_argument("--concurrency", type=int, default=4)
-    s.add_argument("--deadline-ms", type=int, default=1000)
+    s.add_argument(
+        "--deadline-ms", type=int, help="server mode: deadline sent with each question (default: the server's, "
+        "i.e. the experiment arm's budget.deadline_ms or the endpoint's)"
+    )
     s.add_argument(
         "--duration-hours", type=float, default=6.0, help="offline: spread arrivals over this window"
     )

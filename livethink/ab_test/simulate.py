@@ -353,7 +353,7 @@ async def simulate_http(
     config: SimulationConfig | None = None,
     seed: int = 0,
     concurrency: int = 4,
-    deadline_ms: int = 1000,
+    deadline_ms: int | None = None,
     timeout_s: float = 30.0,
     judge: RewardJudge | None = None,
     client: httpx.AsyncClient | None = None,
@@ -361,7 +361,9 @@ async def simulate_http(
 ) -> dict[str, Any]:
     """Send ``requests`` viewer questions to a running server and post the simulated outcomes.
 
-    Replies are judged by ``judge`` (default: the rubric judge of ``livethink.rewards``, as in eval and training)."""
+    Replies are judged by ``judge`` (default: the rubric judge of ``livethink.rewards``, as in eval and training).
+    ``deadline_ms`` is sent with every request when given; by default the server applies its own, so an experiment
+    arm's ``budget.deadline_ms`` (or the endpoint's) is what the viewers get."""
     base = check_loopback(base_url)
     if not 1 <= requests <= MAX_REQUESTS:
         raise ValueError(f"requests: must be between 1 and {MAX_REQUESTS}")
@@ -394,8 +396,9 @@ async def simulate_http(
             "product_docs": task["product_docs"],
             "question": task["question"],
             "history": task.get("history", []),
-            "deadline_ms": deadline_ms,
         }
+        if deadline_ms is not None:
+            body["deadline_ms"] = deadline_ms
         err = ""
         async with sem:
             t0 = time.perf_counter()

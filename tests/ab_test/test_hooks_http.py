@@ -141,6 +141,27 @@ def test_simulator_against_server(served) -> None:
     assert summary["verdict"]["line"]
 
 
+def test_simulator_leaves_the_deadline_to_the_server(served) -> None:
+    """Without --deadline-ms the simulator sends none, so the experiment arm's (or endpoint's) deadline applies."""
+    app, _, _ = served
+    sent: list[dict] = []
+
+    async def capture(request: httpx.Request) -> None:
+        if request.url.path == "/v1/livestream/reply":
+            sent.append(json.loads(request.content))
+
+    async def run(**kwargs) -> dict:
+        async with _client(app) as client:
+            client.event_hooks["request"] = [capture]
+            return await simulate_http("http://127.0.0.1", "live1", requests=4, seed=2, client=client, **kwargs)
+
+    assert asyncio.run(run())["replies_ok"] == 4
+    assert len(sent) == 4 and all("deadline_ms" not in body for body in sent)
+    sent.clear()
+    assert asyncio.run(run(deadline_ms=700, run_id="d"))["replies_ok"] == 4
+    assert [body["deadline_ms"] for body in sent] == [700] * 4
+
+
 def test_outcome_endpoint_errors(served) -> None:
     app, store, _ = served
 
