@@ -28,11 +28,13 @@ def engine_choice() -> str:
 
 
 def serve_report(config_path: str) -> list[str]:
-    """Lines about a serve config: the engine ``engine.kind`` leads to (and why), each model's reasoning format."""
+    """Lines about a serve config: the engine ``engine.kind`` leads to (and why), each model's reasoning format
+    and thinking floor (``livethink.serve.quality``)."""
     from livethink.data.reasoning_format import resolve
     from livethink.engines import kv_cache_env
     from livethink.models.loading import load_tokenizer_for
     from livethink.serve.config import load_config
+    from livethink.serve.quality import floor_for
 
     config = load_config(config_path)
     lines = []
@@ -57,6 +59,10 @@ def serve_report(config_path: str) -> list[str]:
             lines.append(f"model {name:<6} {path}: reasoning {fmt.describe()} ({source})")
         except Exception as exc:  # noqa: BLE001 - report, don't crash: doctor is a diagnosis
             lines.append(f"model {name:<6} {path}: cannot read ({type(exc).__name__}: {exc})")
+        try:
+            lines.append(f"floor {name:<6} {floor_for(config, name).describe()}")
+        except ValueError as exc:
+            lines.append(f"floor {name:<6} cannot read the thinking calibration: {exc}")
     return lines
 
 

@@ -128,6 +128,41 @@ def test_floor_from_the_calibration_is_shown_and_a_tight_deadline_falls_back_or_
         server.close()
 
 
+def test_dry_run_and_doctor_show_each_floor_and_its_source(calibrated, tmp_path, capsys):
+    import json
+
+    import yaml
+
+    from livethink.doctor import serve_report
+    from livethink.serve.cli import main as serve_main
+
+    cfg = make_config(calibrated).model_dump(mode="json", exclude_none=True)
+    cfg["models"]["fixed"] = {"path": str(tiny_student_dir()), "min_thinking_tokens": 64}
+    cfg["models"]["bare"] = {"path": str(tiny_student_dir())}
+    path = tmp_path / "serve.yaml"
+    path.write_text(yaml.safe_dump(cfg))
+    assert serve_main(["--config", str(path), "--dry-run"]) == 0
+    models = json.loads(capsys.readouterr().out)["models"]
+    assert models["rft"]["thinking_floor"] == {
+        "min_thinking_tokens": 200, "min_thinking_source": "calibration",
+        "thinking_calibration": str(calibrated / "thinking_calibration.json")}  # fmt: skip
+    assert models["fixed"]["thinking_floor"]["min_thinking_source"] == "config"
+    assert models["bare"]["thinking_floor"] == {"min_thinking_tokens": 0, "min_thinking_source": "none"}
+    floors = {line.split()[1]: line for line in serve_report(str(path)) if line.startswith("floor")}
+    assert floors["rft"].startswith("floor rft    200 thinking tokens (calibrated: ")
+    assert floors["fixed"] == "floor fixed  64 thinking tokens (min_thinking_tokens in the config)"
+    assert floors["bare"].startswith("floor bare   none")
+    # a calibration that does not parse is a problem named by model, not a crash
+    (calibrated / "thinking_calibration.json").rename(tmp_path / "kept.json")
+    try:
+        (calibrated / "thinking_calibration.json").write_text('{"caps": [0]}')
+        assert serve_main(["--config", str(path), "--dry-run"]) == 1
+        report = json.loads(capsys.readouterr().out)
+        assert any(p.startswith("models.rft: ") and "not a thinking calibration" in p for p in report["problems"])
+    finally:
+        (tmp_path / "kept.json").replace(calibrated / "thinking_calibration.json")
+
+
 def test_answer_mode_and_a_configured_floor(tmp_path):
     tok = load_tokenizer(tiny_student_dir())
     engine = SlowEngine(tok, token_s=0.004, think_words=40)

@@ -2,7 +2,8 @@
 
 ``--set key=value`` overrides a config field (dotted, YAML-parsed value), e.g. ``--set engine.kind=transformers
 --set models.rft.path=runs/tiny/rft/final``. ``--dry-run`` validates the config (models, experiments, store
-URL) without loading weights or needing a GPU, prints a JSON report and exits 0 (ok) or 1 (problems).
+URL) without loading weights or needing a GPU, prints a JSON report (with each model's thinking floor:
+configured, calibrated or none) and exits 0 (ok) or 1 (problems).
 ``--openapi docs/openapi.json`` writes the server's OpenAPI document (no config needed; ``-`` for stdout).
 vLLM spawns its engine process, so this module is the ``__main__`` of the server process.
 """
@@ -14,9 +15,12 @@ import json
 import logging
 import os
 import sys
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import yaml
+
+if TYPE_CHECKING:
+    from livethink.serve.config import ServeConfig
 
 
 def _parse_sets(items: list[str]) -> dict[str, Any]:
@@ -27,6 +31,18 @@ def _parse_sets(items: list[str]) -> dict[str, Any]:
             raise ValueError(f"--set expects key=value, got {item!r}")
         out[key.strip()] = yaml.safe_load(value)
     return out
+
+
+def _add_thinking_floors(config: ServeConfig, report: dict) -> None:
+    """Each model's thinking floor as the server will use it: configured, calibrated or none."""
+    from livethink.serve.quality import floor_for
+
+    for name, entry in report["models"].items():
+        try:
+            entry["thinking_floor"] = floor_for(config, name).card()
+        except ValueError as exc:  # a calibration file that does not parse
+            report["problems"].append(f"models.{name}: {exc}")
+            report["ok"] = False
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,6 +84,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.dry_run:
         report = dry_run(config)
+        _add_thinking_floors(config, report)
         print(json.dumps(report, indent=2, default=str))
         return 0 if report["ok"] else 1
 

@@ -23,6 +23,14 @@ class ThinkingFloor:
     source: str  # config | calibration | none
     calibration: str | None = None  # the file it came from
 
+    def describe(self) -> str:
+        """One line for people: the floor and where it came from."""
+        if self.source == "config":
+            return f"{self.tokens} thinking tokens (min_thinking_tokens in the config)"
+        if self.source == "calibration":
+            return f"{self.tokens} thinking tokens (calibrated: {self.calibration})"
+        return "none (no min_thinking_tokens, no thinking_calibration.json beside the checkpoint)"
+
     def card(self) -> dict[str, Any]:
         return {"min_thinking_tokens": self.tokens, "min_thinking_source": self.source,
                 **({"thinking_calibration": self.calibration} if self.calibration else {})}
