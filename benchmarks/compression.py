@@ -10,6 +10,9 @@ so a method's spread over seeds is its own, and its deltas are against one fixed
 would mix stage 1's spread into every method alike.) Per method: the mean and 95% t-interval over seeds of the token
 reduction, ΔC and ΔH against the RFT student; for the best livethink variant, the stage-2 target verdict per seed.
 
+``--add`` adds the runs of one invocation (more methods or seeds) to the published ``compression.json``, provided the
+RFT student evaluates exactly as it did there under the same budget; runs not repeated are kept as they were.
+
 Writes ``benchmarks/results/compression.{json,md}``, ``compression_pareto.png`` and the harness report
 ``benchmarks/results/compression/eval.{json,md}``; training runs go to ``runs/tiny/bench/<variant>/seed<k>``. Each
 training run and each evaluation is a separate process (a fresh vLLM engine each, no leaked memory). It also times a
@@ -299,6 +302,28 @@ def parse_seeds(text: str) -> list[int]:
     return seeds
 
 
+# Settings two invocations must share for their runs to sit in one table, and the RFT figures that must agree
+# exactly (the same student, evaluated on the same tasks) for their deltas to share one reference.
+SAME_BUDGET = ("steps", "prompts_per_step", "generations", "max_completion_length", "lr", "rollouts", "eval_tasks",
+               "eval_max_tokens", "calculator")
+RFT_FIGURES = ("tokens", "correctness", "helpfulness", "truncated_rate")
+
+
+def merge_runs(published: dict[str, Any], per_seed: list[dict[str, Any]], rft: dict[str, Any],
+               meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """``published``'s per-seed rows beside this invocation's (a run, i.e. variant and seed, run again replaces the
+    published one). Raises ValueError naming every difference when the two did not measure the same RFT student
+    under the same budget: their rows would not be comparable."""
+    old_meta, old_rft = published.get("meta", {}), (published.get("rows") or [{}])[0]
+    diffs = [f"{k}: {old_meta.get(k)!r} there, {meta[k]!r} here" for k in SAME_BUDGET if old_meta.get(k) != meta[k]]
+    diffs += [f"RFT student's {k}: {old_rft.get(k)!r} there, {rft[k]!r} here"
+              for k in RFT_FIGURES if old_rft.get(k) != rft[k]]
+    if diffs:
+        raise ValueError("; ".join(diffs))
+    rerun = {(r["variant"], r["seed"]) for r in per_seed}
+    return [r for r in published.get("per_seed", []) if (r["variant"], r["seed"]) not in rerun] + per_seed
+
+
 # ---------------------------------------------------------------- outputs
 
 
@@ -370,7 +395,11 @@ def markdown(report: dict[str, Any]) -> str:
         f"Machine: {m['machine']}; torch threads {m['threads']}; date {m['date']}. Whole benchmark "
         f"{m['total_wall_min']:.1f} min"
         + (" in this invocation, which reused finished runs (--resume): each run's training time is in the per-seed "
-           "table." if "--resume" in m["command"] else "."), "",
+           "table." if "--resume" in m["command"] or m.get("extends") else "."), "",
+        *([f"Added to the published result of `{m['extends']['command']}` ({m['extends']['date']}), whose runs "
+           f"{', '.join(m['extends']['runs_kept'])} are kept as they were: the RFT student evaluated exactly as "
+           "there (same tasks, tokens, correctness, helpfulness), under the same budget (`--add`).", ""]
+          if m.get("extends") else []),
         seeds_statement(m), "",
         f"Budget per method and seed: {m['steps']} GRPO steps × {m['prompts_per_step']} prompts × {m['generations']} "
         f"completions (max {m['max_completion_length']} tokens), lr {m['lr']}, rollouts on {m['rollouts']} (dler also "
@@ -480,6 +509,9 @@ def parse(argv: list[str] | None):
     p.add_argument("--resume", action="store_true",
                    help="resume/reuse the runs in --runs-dir (default: train each run afresh)")
     p.add_argument("--out", default="benchmarks/results")
+    p.add_argument("--add", action="store_true",
+                   help="add this invocation's runs to the compression.json in --out (kept runs are not retrained); "
+                        "refused unless the RFT student evaluates exactly as there, under the same budget")
     p.add_argument("--report-only", action="store_true",
                    help="only redo the analysis and plot of the compression.json in --out (no training)")
     p.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more `livethink grpo` options, last")
@@ -553,6 +585,21 @@ def main(argv: list[str] | None = None) -> int:
         return written["result"]
 
     rft_o = evaluate(args.rft, "rft")["overall"]
+    rft_row = {"name": "rft", "kind": "rft", "variant": "rft", "tokens": rft_o["total_tokens"],
+               "correctness": rft_o["correctness"], "helpfulness": rft_o["helpfulness"],
+               "truncated_rate": rft_o["truncated_rate"]}
+    budget = {"steps": args.steps, "prompts_per_step": args.prompts_per_step, "generations": args.generations,
+              "max_completion_length": args.max_completion_length, "lr": args.lr, "rollouts": args.rollouts,
+              "eval_tasks": rft_o["n"], "eval_max_tokens": args.eval_max_tokens, "calculator": args.calculator}
+    published: dict[str, Any] = {}
+    if args.add:  # refuse before training anything that could not join the published table
+        path = out / "compression.json"
+        try:
+            published = json.loads(path.read_text())
+            merge_runs(published, [], rft_row, budget)
+        except (OSError, ValueError) as exc:
+            print(f"--add: cannot add to {path}: {exc}", file=sys.stderr)
+            return 2
     if not args.siri_l_min:
         args.siri_l_min = max(8, min(args.max_completion_length, round(0.4 * rft_o["total_tokens"])))
     def train_and_evaluate(seed: int, variant: str) -> list[dict[str, Any]]:
@@ -630,30 +677,42 @@ def main(argv: list[str] | None = None) -> int:
                           "same policy. Both runs are calculator-assisted when the benchmark is.")
         print(f"[{(time.perf_counter() - start) / 60:5.1f} min] rollout timing: {json.dumps(timing)}", flush=True)
 
-    rft_row = {"name": "rft", "kind": "rft", "variant": "rft", "tokens": rft_o["total_tokens"],
-               "correctness": rft_o["correctness"], "helpfulness": rft_o["helpfulness"],
-               "truncated_rate": rft_o["truncated_rate"]}
     for r in per_seed:
         r.update(paired_deltas(samples["rft"], samples[r["eval"]]))
     total = (time.perf_counter() - start) / 60
+    command = "python " + shlex.join(["benchmarks/compression.py", *(argv if argv is not None else sys.argv[1:])])
+    rft_path = args.rft.relative_to(ROOT) if args.rft.is_relative_to(ROOT) else args.rft
+    seeds = args.seeds
+    eval_results = list(results.values())
+    extends: dict[str, Any] = {}
+    if published:
+        rerun = {(r["variant"], r["seed"]) for r in per_seed}
+        per_seed = merge_runs(published, per_seed, rft_row, budget)
+        seeds = sorted({*published["meta"]["seeds"], *args.seeds})
+        failed += [f for f in published.get("failed_runs", []) if (f["variant"], f["seed"]) not in rerun]
+        timing = timing or published.get("rollout_timing", {})
+        kept = [r for r in per_seed if (r["variant"], r["seed"]) not in rerun]
+        extends = {"command": published["meta"]["command"], "date": published["meta"]["date"],
+                   "runs_kept": sorted({f"{r['variant']} seed {r['seed']}" for r in kept})}
+        named = {r["name"] for r in eval_results}
+        old_eval = out / "compression" / "eval.json"
+        if old_eval.is_file():
+            eval_results = [r for r in json.loads(old_eval.read_text())["results"] if r["name"] not in named]
+            eval_results += list(results.values())
     report = {
-        "meta": {"command": "python " + shlex.join(["benchmarks/compression.py", *(argv if argv is not None else sys.argv[1:])]),
-                 "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.python_version()}",
-                 "threads": args.threads, "date": time.strftime("%Y-%m-%d %H:%M"), "rft": str(args.rft),
-                 "seeds": args.seeds, "seed_kind": "stage-2 seeds on one RFT draw",
-                 "steps": args.steps, "prompts_per_step": args.prompts_per_step, "generations": args.generations,
-                 "max_completion_length": args.max_completion_length, "lr": args.lr, "rollouts": args.rollouts,
-                 "eval_tasks": rft_o["n"], "eval_max_tokens": args.eval_max_tokens, "calculator": args.calculator,
-                 "total_wall_min": round(total, 1)},
+        "meta": {"command": command, "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.python_version()}",
+                 "threads": args.threads, "date": time.strftime("%Y-%m-%d %H:%M"), "rft": str(rft_path),
+                 "seeds": seeds, "seed_kind": "stage-2 seeds on one RFT draw", **budget,
+                 "total_wall_min": round(total, 1), **({"extends": extends} if extends else {})},
         "per_seed": per_seed, "rollout_timing": timing, "failed_runs": failed,
     }
     report.update(analyse(per_seed, rft_row))
     write_outputs(report, out)
     from livethink.eval.report import write_report
 
-    write_report(list(results.values()), out / "compression", "Compression variants on the test split",
-                 {"command": report["meta"]["command"], "split": "test", "n_tasks": rft_o["n"],
-                  "seeds": args.seeds})
+    write_report(eval_results, out / "compression", "Compression variants on the test split",
+                 {"command": command, "split": "test", "n_tasks": rft_o["n"], "seeds": seeds,
+                  **({"extends": extends["command"]} if extends else {})})
     print(markdown(report))
     return 0
 

@@ -131,3 +131,31 @@ def test_paired_deltas_match_tasks_by_id():
     out = bench.paired_deltas(rft, variant)
     # ΔC per task: 0, +1, 0, 0 -> 25 ± 3.182446 × 25 points; ΔH: 0, 0, +1, 0 -> the same
     assert out["d_correctness_ci_pts"] == [-54.6, 104.6] == out["d_helpfulness_ci_pts"]
+
+
+def test_merge_runs_keeps_published_runs_beside_new_ones():
+    budget = {k: META[k] for k in bench.SAME_BUDGET}
+    published = {"meta": dict(META), "rows": [dict(RFT)],
+                 "per_seed": [row("band", 80.0, 0.40, 0.30, seed=0), row("cosine", 150.0, 0.4, 0.3, seed=0),
+                              row("band", 70.0, 0.38, 0.31, seed=1)]}
+    new = [row("cosine", 120.0, 0.41, 0.3, seed=0), row("dler", 90.0, 0.35, 0.3, seed=0)]
+    merged = bench.merge_runs(published, new, dict(RFT), budget)
+    # cosine seed 0 was run again: the new run replaces the published one; the rest is kept, in order
+    assert [(r["name"], r["seed"], r["tokens"]) for r in merged] == [
+        ("band", 0, 80.0), ("band", 1, 70.0), ("cosine", 0, 120.0), ("dler", 0, 90.0)]
+    # siri's two rows (low, high) belong to one run: both are replaced together
+    siri = [row("siri-low", 100.0, 0.4, 0.3, variant="siri"), row("siri-high", 110.0, 0.4, 0.3, variant="siri")]
+    again = bench.merge_runs({**published, "per_seed": siri}, [row("siri-high", 105.0, 0.4, 0.3, variant="siri")],
+                             dict(RFT), budget)
+    assert [(r["name"], r["tokens"]) for r in again] == [("siri-high", 105.0)]
+
+
+def test_merge_runs_refuses_another_reference_or_budget():
+    budget = {k: META[k] for k in bench.SAME_BUDGET}
+    published = {"meta": dict(META), "rows": [dict(RFT)], "per_seed": []}
+    with pytest.raises(ValueError) as err:
+        bench.merge_runs(published, [], {**RFT, "tokens": 201.0, "correctness": 0.41}, {**budget, "steps": 96})
+    message = str(err.value)
+    assert "steps: 2 there, 96 here" in message
+    assert "RFT student's tokens: 200.0 there, 201.0 here" in message and "correctness: 0.4 there, 0.41 here" in message
+    assert "helpfulness" not in message
