@@ -33,8 +33,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-from livethink.server_process import free_port
-
 ROOT = Path(__file__).resolve().parents[1]
 LIVETHINK = ("band", "siri", "dot", "drpo")  # the product's variants
 BASELINES = ("length_penalty", "gdpo", "dapo_overlong", "cosine", "dler")  # what practitioners compare them with
@@ -612,10 +610,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume and wall_file.is_file() and (out_dir / "final" / "config.json").is_file():  # finished: reuse
             wall = float(wall_file.read_text())
         else:
-            # each run its own torch.distributed port: TRL's colocated vLLM takes the first free of a fixed list,
-            # which two runs started at once (--jobs 2) both pick
-            run_env = {**env, "MASTER_PORT": str(free_port())}
-            wall = run(grpo_cmd(args, variant, out_dir, args.steps, args.rollouts, seed), out_dir / "train.log", run_env)
+            wall = run(grpo_cmd(args, variant, out_dir, args.steps, args.rollouts, seed), out_dir / "train.log", env)
             wall_file.write_text(f"{wall:.1f}\n")
         summary = train_summary(read_metrics(out_dir))
         print(f"[{(time.perf_counter() - start) / 60:5.1f} min] trained {variant} seed {seed}: {wall / 60:.1f} min, "

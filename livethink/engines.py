@@ -85,6 +85,17 @@ def set_kv_cache_env(kv_cache_gib: int | None) -> str | None:
     return value
 
 
+def set_master_port() -> str:
+    """Give a colocated vLLM engine's torch.distributed group a free port of its own, unless the launcher (or the
+    operator) set ``MASTER_PORT``. TRL takes the first free port of a fixed list (29500, ...), which two runs started
+    at once on one machine both pick, and the second fails with EADDRINUSE."""
+    if not os.environ.get("MASTER_PORT"):
+        from livethink.server_process import free_port
+
+        os.environ["MASTER_PORT"] = str(free_port())
+    return os.environ["MASTER_PORT"]
+
+
 def vllm_engine_kwargs(
     model: str | Path,
     *,

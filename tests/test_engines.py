@@ -83,6 +83,14 @@ def test_kv_cache_env(monkeypatch) -> None:
         set_kv_cache_env(1)
 
 
+def test_master_port(monkeypatch) -> None:
+    monkeypatch.delenv("MASTER_PORT", raising=False)
+    port = engines.set_master_port()
+    assert 0 < int(port) < 65536 and engines.os.environ["MASTER_PORT"] == port
+    monkeypatch.setenv("MASTER_PORT", "29517")
+    assert engines.set_master_port() == "29517"  # the launcher's (or operator's) value wins
+
+
 def test_load_generation_model(tmp_path, liveshop_small) -> None:
     from tiny_students import small_student
 

@@ -42,6 +42,10 @@ def build_trainer(cfg: GRPOVariantConfig, dataset: Dataset | None = None):
         from livethink.engines import set_kv_cache_env
 
         set_kv_cache_env(cfg.vllm_cpu_kvcache_gb)  # the operator's own (checked) value wins
+    if cfg.use_vllm and cfg.vllm_mode == "colocate":
+        from livethink.engines import set_master_port
+
+        set_master_port()
     tokenizer = load_tokenizer_for(cfg.model_name_or_path)
     tokenizer.padding_side = "left"
     ctx = RewardContext(l_ref=cfg.l_ref or None, zero_reward_if_cut=cfg.zero_reward_if_cut)
