@@ -34,6 +34,7 @@ from sqlalchemy import (
     event,
     func,
     select,
+    text,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.exc import DBAPIError
@@ -88,6 +89,7 @@ _CONTENT_FIELDS = (
 )  # fmt: skip
 _DIGEST_FIELDS = tuple(k for k in _CONTENT_FIELDS if k != "ts")
 _IN_CHUNK = 500
+SCHEMA_LOCK_KEY = 0x6C74_6162  # pg_advisory_xact_lock key held while the table is created ("ltab")
 
 
 @dataclass(frozen=True)
@@ -160,7 +162,10 @@ class EventStore:
                 self._write_engine = create_engine(
                     self.url, connect_args=connect_args, isolation_level="AUTOCOMMIT"
                 )
-        metadata.create_all(self.engine)
+        with self.engine.begin() as conn:
+            if self.dialect == "postgresql":  # replicas starting together: one creates the table, the rest wait
+                conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
+            metadata.create_all(conn)
         self._lock = threading.Lock()
         self._arms: dict[str, set[str]] = {}
         self._refresh_registry()
