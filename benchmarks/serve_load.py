@@ -218,7 +218,7 @@ def meets_latency(s: dict[str, Any], deadline_ms: int) -> bool:
 def _row(label: str, s: dict[str, Any]) -> str:
     c, sv, g = s["client_ms"], s["server_ms"], s["gap_ms"]
     w = s["within_deadline_of_accepted"]
-    return (f"| {label} | {s['requests']} | {s['accepted']} | {s['rejected_429']} ({s.get('rejected_below_min_thinking', 0)}) | {s['fallback']} "
+    return (f"| {label} | {s['requests']} | {s['accepted']} | {s['rejected_429']} ({s.get('rejected_below_min_thinking', '–')}) | {s['fallback']} "
             f"({s['fallback_below_min_thinking']}) | {s['hangs_or_transport_errors']} | {s['errors']} | "
             f"{c['p50']} / {c['p99']} / {c['max']} | {sv['p50']} / {sv['p99']} | {g['p50']} / {g['max_abs']} | "
             f"{'-' if w is None else f'{100 * w:.1f}%'} | {100 * (s['goodput_share'] or 0):.1f}% |")
@@ -229,14 +229,49 @@ HEADER = ("| scenario | sent | ok | 429 (below floor) | fallback (below floor) |
           "|---|---:|---:|---:|---:|---:|---:|---|---|---|---:|---:|")
 
 
+def latency_verdict(s: dict[str, Any], deadline_ms: int) -> str:
+    """MET / NOT MET for one scenario's latency target, with its figures; none to judge when nothing was accepted."""
+    if not s["accepted"]:
+        below = s.get("rejected_below_min_thinking")
+        floor = "" if below is None else f", {below} of them below the thinking floor"
+        return f"nothing to judge: no request accepted ({s['rejected_429']} of {s['requests']} refused with 429{floor})"
+    return (f"{'MET' if meets_latency(s, deadline_ms) else 'NOT MET'} "
+            f"({100 * (s['within_deadline_of_accepted'] or 0):.2f}% within, p99 {s['client_ms']['p99']} ms)")
+
+
+def target_lines(result: dict[str, Any]) -> list[str]:
+    """The report's target verdicts, from the measured figures in ``result``."""
+    dl, lines = result["deadline_ms"], []
+    dep = result.get("deployment") or {}
+    for r in dep.get("load", []):
+        s, gap = r["all"], r["all"]["gap_ms"]["max_abs"]
+        gap_verdict = ("nothing to judge" if gap is None
+                       else f"{'MET' if gap <= 50 else 'NOT MET'} (max gap {gap} ms)")
+        lines.append(f"{r['rate']} req/s{' (3×)' if r.get('overload') else ''}: ≥ 99.9% within {dl} ms and p99 ≤ "
+                     f"{dl + 100} ms: {latency_verdict(s, dl)}; server figure within 50 ms of the client's: "
+                     f"{gap_verdict}; hangs {s['hangs_or_transport_errors']}")
+    for arm, v in dep.get("sustainable", {}).items():
+        lines.append(f"{arm}: sustainable rate with goodput ≥ 90% of unloaded ({100 * v['unloaded_goodput']:.1f}%): "
+                     f"{v['rate'] if v['rate'] is not None else 'none of the tested rates'} "
+                     f"(latency targets alone: {v['latency_only_rate']})")
+    cold = result.get("cold")
+    for tag in ("cold", "warm") if cold else ():
+        s = cold[tag]
+        lines.append(f"{tag} never-stopping student at {cold['rate']} req/s: {latency_verdict(s, dl)}, "
+                     f"{s['rejected_429']} of {s['requests']} refused")
+    return lines
+
+
 def write_report(result: dict[str, Any], out: Path, tag: str = "") -> Path:
     out.mkdir(parents=True, exist_ok=True)
+    result["targets"] = target_lines(result)
     stem = f"serve_load_{tag}" if tag else "serve_load"
     (out / f"{stem}.json").write_text(json.dumps(result, indent=2) + "\n")
     env = result["environment"]
+    busy = (" **busy with other jobs when it started**" if env["loadavg_before"][0] >= env["cpus"] / 2 else "")
     lines = ["# Serving load benchmark: the `make demo` deployment (`benchmarks/serve_load.py`)", "",
              f"Command: `{result['command']}`  ",
-             f"Machine: {env['cpus']} CPUs (load average before/after {env['loadavg_before']} / "
+             f"Machine: {env['cpus']} CPUs{busy} (load average before/after {env['loadavg_before']} / "
              f"{env['loadavg_after']}), Python {env['python']}, deadline "
              f"{result['deadline_ms']} ms, {env['total_s']} s in all. Latency by the client's clock (loopback "
              "HTTP, httpx); the server's own `timings.e2e_ms` beside it.", ""]
@@ -299,7 +334,16 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path, default=OUT)
     p.add_argument("--tag", default="", help="results go to serve_load_<tag>.{json,md} (e.g. another deadline)")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--report-only", action="store_true",
+                   help="only rewrite the Markdown (and target verdicts) of OUT/serve_load[_TAG].json; no serving")
     args = p.parse_args(argv)
+    if args.report_only:
+        stem = f"serve_load_{args.tag}" if args.tag else "serve_load"
+        src = args.out / f"{stem}.json"
+        if not src.is_file():
+            p.error(f"--report-only: {src} does not exist (run the benchmark first)")
+        print(write_report(json.loads(src.read_text()), args.out, args.tag).read_text())
+        return 0
 
     from livethink.data.io import read_tasks
 
@@ -321,7 +365,6 @@ def main(argv: list[str] | None = None) -> int:
     rates = [float(r) for r in args.rates.split(",")]
     dl = args.deadline_ms
     result: dict[str, Any] = {"deadline_ms": dl, "notes": notes, "split": args.split}
-    targets: list[str] = []
 
     # 1. the deployment
     sets = [f"models.rft.path={rft}", *args.set]
@@ -372,20 +415,6 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         server.close()
     result["deployment"] = dep
-    for r in dep["load"]:
-        s = r["all"]
-        gap = s["gap_ms"]["max_abs"]
-        targets.append(
-            f"{r['rate']} req/s{' (3×)' if r.get('overload') else ''}: "
-            f"{'MET' if meets_latency(s, dl) else 'NOT MET'} ≥ 99.9% within {dl} ms and p99 ≤ {dl + 100} ms "
-            f"({100 * (s['within_deadline_of_accepted'] or 0):.2f}%, p99 {s['client_ms']['p99']} ms); server figure "
-            f"within 50 ms of the client's: {'MET' if gap is not None and gap <= 50 else 'NOT MET'} (max gap {gap} ms); "
-            f"hangs {s['hangs_or_transport_errors']}")
-    for arm, v in dep["sustainable"].items():
-        targets.append(f"{arm}: sustainable rate with goodput ≥ 90% of unloaded ({100 * v['unloaded_goodput']:.1f}%): "
-                       f"{v['rate'] if v['rate'] is not None else 'none of the tested rates'} "
-                       f"(latency targets alone: {v['latency_only_rate']})")
-
     # 2. cold start with a never-stopping student
     if not args.skip_cold:
         cold_rate = args.cold_rate or over_rate
@@ -399,12 +428,6 @@ def main(argv: list[str] | None = None) -> int:
             server.close()
         result["cold"] = {"rate": cold_rate, "startup_s": round(server.startup_s, 1),
                           "cold": summarize(cold, dl, wall_c), "warm": summarize(warm, dl, wall_w)}
-        for tag in ("cold", "warm"):
-            s = result["cold"][tag]
-            targets.append(f"{tag} never-stopping student at {cold_rate} req/s: "
-                           f"{'MET' if meets_latency(s, dl) else 'NOT MET'} "
-                           f"({100 * (s['within_deadline_of_accepted'] or 0):.2f}% within, p99 {s['client_ms']['p99']} "
-                           f"ms, {s['rejected_429']} of {s['requests']} refused)")
 
     # 3. plain vLLM, same model and token cap
     if not args.skip_vllm:
@@ -431,7 +454,6 @@ def main(argv: list[str] | None = None) -> int:
             server.close()
         result["vllm"] = {"max_tokens": cap, "startup_s": round(server.startup_s, 1), "load": vl}
 
-    result["targets"] = targets
     result["environment"] = {"cpus": os.cpu_count(), "python": platform.python_version(),
                              "loadavg_before": loadavg_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()],
                              "total_s": round(time.monotonic() - t_start, 1)}
