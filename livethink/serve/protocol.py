@@ -138,28 +138,6 @@ class BudgetOut(BaseModel):
     reply_reserve: int
 
 
-class LivestreamReplyResponse(BaseModel):
-    """``POST /v1/livestream/reply`` answer."""
-
-    request_id: str
-    viewer_id: str
-    experiment: str | None
-    arm: str | None
-    model: str
-    reply: str
-    reasoning: str | None = Field(description="the thinking text, with include_reasoning only")
-    timings: Timings
-    tokens: TokenCounts
-    deadline_ms: int
-    deadline_met: bool
-    forced_end_of_thinking: bool
-    fallback: bool
-    fallback_reason: str | None
-    cut_at_deadline: bool
-    finish_reason: str
-    budget: BudgetOut | None
-
-
 class LivethinkFlags(BaseModel):
     """The ``livethink`` object of chat answers: A/B arm, deadline, budget forcing, fallback, timings."""
 
@@ -173,6 +151,18 @@ class LivethinkFlags(BaseModel):
     cut_at_deadline: bool
     timings: Timings
     budget: BudgetOut | None
+
+
+class LivestreamReplyResponse(LivethinkFlags):
+    """``POST /v1/livestream/reply`` answer: the reply, with the same flags as a chat answer's ``livethink`` object."""
+
+    request_id: str
+    viewer_id: str
+    model: str
+    reply: str
+    reasoning: str | None = Field(description="the thinking text, with include_reasoning only")
+    tokens: TokenCounts
+    finish_reason: str
 
 
 class CompletionTokensDetails(BaseModel):
