@@ -37,6 +37,10 @@ ROOT = Path(__file__).resolve().parents[1]
 LIVETHINK = ("band", "siri", "dot", "drpo")  # the product's variants
 BASELINES = ("length_penalty", "gdpo", "dapo_overlong", "cosine", "dler")  # what practitioners compare them with
 VARIANTS = LIVETHINK + BASELINES
+# What stage 2 trains, as a method's suffix (band+lora): the tiny configs' output layer (@head, the default), LoRA
+# adapters on the attention projections (TRL's peft path; merged into final/), or every parameter.
+TRAINING = {"head": (), "lora": ("--use_peft", "true", "--trainable_parameters", "@all"),
+            "all": ("--trainable_parameters", "@all")}
 T_CONFIDENCE = 0.95
 
 
@@ -57,7 +61,25 @@ def run(cmd: list[str], log: Path, env: dict[str, str]) -> float:
     return time.perf_counter() - start
 
 
-def grpo_cmd(args, variant: str, out: Path, steps: int, rollouts: str, seed: int = 0) -> list[str]:
+def split_method(method: str) -> tuple[str, str]:
+    """``band+lora`` -> (``band``, ``lora``); a bare variant trains what its tiny config says (``head``)."""
+    variant, _, training = method.partition("+")
+    return variant, training or "head"
+
+
+TRANSFORMERS_ROLLOUTS_WHY = ("colocated vLLM on CPU cannot refresh MoE experts and routers, and the trainer refuses it "
+                             "for a run that could train them: all parameters, or LoRA, whose trainable set its check "
+                             "does not narrow")
+
+
+def method_rollouts(method: str, rollouts: str) -> str:
+    """The rollout engine of one method's runs: transformers for any that trains more than the output layer
+    (``TRANSFORMERS_ROLLOUTS_WHY``)."""
+    return rollouts if split_method(method)[1] == "head" else "transformers"
+
+
+def grpo_cmd(args, method: str, out: Path, steps: int, rollouts: str, seed: int = 0) -> list[str]:
+    variant, training = split_method(method)
     cmd = [sys.executable, "-m", "livethink.length_rl.cli", "--config", str(ROOT / f"configs/tiny/grpo_{variant}.yaml"),
            "--model_name_or_path", str(args.rft), "--data_dir", str(args.data_dir), "--output_dir", str(out),
            "--max_steps", str(steps), "--num_generations", str(args.generations),
@@ -73,7 +95,7 @@ def grpo_cmd(args, variant: str, out: Path, steps: int, rollouts: str, seed: int
         cmd += ["--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_max_model_length", str(args.max_model_len)]
     else:
         cmd += ["--use_vllm", "false"]  # the tiny configs default to colocated vLLM
-    return cmd + args.extra
+    return cmd + list(TRAINING[training]) + args.extra
 
 
 def eval_cmd(args, model: Path, name: str, out_json: Path) -> list[str]:
@@ -261,7 +283,7 @@ def aggregate(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def pick_best_livethink(summary: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The livethink variant (final checkpoint) meeting the target on the most seeds, then the most compressed."""
-    pool = [r for r in summary if r["variant"] in LIVETHINK and r["kind"] == "variant"]
+    pool = [r for r in summary if split_method(r["variant"])[0] in LIVETHINK and r["kind"] == "variant"]
     return max(pool, key=lambda r: (r["meets_target_seeds"], r["token_reduction"])) if pool else None
 
 
@@ -350,7 +372,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
             if r["kind"] == "rft":
                 ax.scatter([t], [q], marker="*", s=180, color="black", zorder=4, label="RFT student")
             else:
-                baseline = r["variant"] in BASELINES
+                baseline = split_method(r["variant"])[0] in BASELINES
                 style = {"fmt": "s" if baseline else "o", "ms": 4 if r["kind"] == "midpoint" else 7,
                          "mfc": "none" if r["kind"] == "midpoint" else None, "capsize": 3, "lw": 1,
                          "color": "tab:gray" if baseline else "tab:blue"}
@@ -389,6 +411,9 @@ def seeds_statement(meta: dict[str, Any]) -> str:
 def markdown(report: dict[str, Any]) -> str:
     m = report["meta"]
     n = len(m["seeds"])
+    other = sorted({r["variant"] for r in report["per_seed"] if r.get("rollouts", m["rollouts"]) != m["rollouts"]})
+    own_rollouts = (f"; {', '.join(other)} on {method_rollouts(other[0], m['rollouts'])} ("
+                    f"{TRANSFORMERS_ROLLOUTS_WHY})" if other else "")
     lines = [
         "# Compression benchmark: stage-2 variants and baselines over seeds", "",
         f"Command: `{m['command']}`", "",
@@ -403,7 +428,8 @@ def markdown(report: dict[str, Any]) -> str:
         seeds_statement(m), "",
         f"Budget per method and seed: {m['steps']} GRPO steps × {m['prompts_per_step']} prompts × {m['generations']} "
         f"completions (max {m['max_completion_length']} tokens), lr {m['lr']}, rollouts on {m['rollouts']} (dler also "
-        f"rolls out its dynamic-sampling extras). Evaluation: {m['eval_tasks']} test tasks, greedy, max "
+        f"rolls out its dynamic-sampling extras){own_rollouts}. Stage 2 trains the output layer only unless a method "
+        "says `+lora` (LoRA adapters on the attention projections) or `+all` (every parameter). Evaluation: {m['eval_tasks']} test tasks, greedy, max "
         f"{m['eval_max_tokens']} tokens, rubric judge, tokens counted with the student tokenizer. Calculator-assisted "
         f"decoding (rollouts and evaluation): {'on' if m.get('calculator') else 'off'}.", "",
         f"Mean over {n} seed{'s' if n > 1 else ''}, with the 95% t-interval over seeds in brackets"
@@ -417,7 +443,9 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(f"| rft | RFT student | {r['tokens']:.1f} | - | - | - | {100 * r['correctness']:.1f}% | "
                          f"{100 * r['helpfulness']:.1f}% | - |")
             continue
-        kind = "baseline" if r["variant"] in BASELINES else "livethink"
+        variant, training = split_method(r["variant"])
+        kind = "baseline" if variant in BASELINES else "livethink"
+        kind += "" if training == "head" else f", {training}"
         kind += " (midpoint)" if r["kind"] == "midpoint" else ""
         lines.append(
             f"| {r['name']} | {kind} | {_mean_ci(r, 'tokens')} | {_mean_ci(r, 'token_reduction', 100, unit='%')} | "
@@ -566,10 +594,19 @@ def main(argv: list[str] | None = None) -> int:
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads), HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false",
                VLLM_CPU_KVCACHE_SPACE=os.environ.get("VLLM_CPU_KVCACHE_SPACE", "1"), PYTHONUNBUFFERED="1")
     variants = [v for v in args.variants.split(",") if v]
-    unknown = [v for v in variants if not (ROOT / f"configs/tiny/grpo_{v}.yaml").is_file()]
+    unknown = [v for v in variants if not (ROOT / f"configs/tiny/grpo_{split_method(v)[0]}.yaml").is_file()]
     if unknown:
         print(f"--variants: no configs/tiny/grpo_<variant>.yaml for {', '.join(unknown)}", file=sys.stderr)
         return 2
+    bad = [v for v in variants if split_method(v)[1] not in TRAINING]
+    if bad:
+        print(f"--variants: {', '.join(bad)}: what stage 2 trains follows '+', one of {', '.join(TRAINING)}",
+              file=sys.stderr)
+        return 2
+    for v in variants:
+        if method_rollouts(v, args.rollouts) != args.rollouts:
+            print(f"{v}: rolls out with transformers, not {args.rollouts}: {TRANSFORMERS_ROLLOUTS_WHY}",
+                  flush=True)
 
     samples: dict[str, list[dict[str, Any]]] = {}
     results: dict[str, dict[str, Any]] = {}
@@ -610,16 +647,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume and wall_file.is_file() and (out_dir / "final" / "config.json").is_file():  # finished: reuse
             wall = float(wall_file.read_text())
         else:
-            wall = run(grpo_cmd(args, variant, out_dir, args.steps, args.rollouts, seed), out_dir / "train.log", env)
+            cmd = grpo_cmd(args, variant, out_dir, args.steps, method_rollouts(variant, args.rollouts), seed)
+            wall = run(cmd, out_dir / "train.log", env)
             wall_file.write_text(f"{wall:.1f}\n")
         summary = train_summary(read_metrics(out_dir))
         print(f"[{(time.perf_counter() - start) / 60:5.1f} min] trained {variant} seed {seed}: {wall / 60:.1f} min, "
               f"{json.dumps(summary.get('last3_mean'))}", flush=True)
         models = [(out_dir / "final", variant, "variant")]
-        if variant == "siri":  # SIRI-low (end of compression) and SIRI-high (end of expansion = final)
-            models = [(out_dir / "phases" / "compression-1", "siri-low", "variant"),
-                      (out_dir / "final", "siri-high", "variant")]
-        elif args.eval_midpoint and args.steps >= 2 and variant in BASELINES:  # the baseline's curve, halfway
+        if split_method(variant)[0] == "siri":  # SIRI-low (end of compression) and SIRI-high (end of expansion = final)
+            models = [(out_dir / "phases" / "compression-1", variant.replace("siri", "siri-low", 1), "variant"),
+                      (out_dir / "final", variant.replace("siri", "siri-high", 1), "variant")]
+        elif args.eval_midpoint and args.steps >= 2 and split_method(variant)[0] in BASELINES:  # the baseline's curve, halfway
             models.insert(0, (out_dir / f"checkpoint-{args.steps // 2}", f"{variant}@{args.steps // 2}", "midpoint"))
         rows = []
         for model, name, kind in models:
@@ -629,6 +667,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"name": name, "kind": kind, "variant": variant, "seed": seed, "eval": key,
                          "tokens": o["total_tokens"], "correctness": o["correctness"],
                          "helpfulness": o["helpfulness"], "truncated_rate": o["truncated_rate"],
+                         "training": split_method(variant)[1], "rollouts": method_rollouts(variant, args.rollouts),
                          "train_wall_min": round(wall / 60, 1) if final else "-",
                          "step_time_mean_s": summary.get("step_time_mean_s") if final else "-",
                          "train": summary if final else {}})

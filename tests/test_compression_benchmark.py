@@ -159,3 +159,33 @@ def test_merge_runs_refuses_another_reference_or_budget():
     assert "steps: 2 there, 96 here" in message
     assert "RFT student's tokens: 200.0 there, 201.0 here" in message and "correctness: 0.4 there, 0.41 here" in message
     assert "helpfulness" not in message
+
+
+def test_what_stage_2_trains_is_a_method_suffix():
+    assert bench.split_method("band") == ("band", "head")
+    assert bench.split_method("band+lora") == ("band", "lora")
+    assert bench.method_rollouts("band", "vllm") == "vllm"
+    assert bench.method_rollouts("band+all", "vllm") == "transformers"  # vLLM on CPU can't refresh trained experts
+    args = argparse.Namespace(rft=Path("rft"), data_dir=Path("data"), generations=4, prompts_per_step=8,
+                              max_completion_length=384, lr=2e-3, calculator=True, siri_l_min=96, max_model_len=1024,
+                              extra=["--logging_steps", "1"])
+    lora = bench.grpo_cmd(args, "band+lora", Path("out"), 96, "transformers")
+    assert lora[lora.index("--config") + 1].endswith("configs/tiny/grpo_band.yaml")
+    assert lora[lora.index("--use_vllm") + 1] == "false"
+    assert lora[-6:] == ["--use_peft", "true", "--trainable_parameters", "@all", "--logging_steps", "1"]
+    siri_all = bench.grpo_cmd(args, "siri+all", Path("out"), 96, "transformers")
+    assert "--siri_period" in siri_all and siri_all[-4:-2] == ["--trainable_parameters", "@all"]
+    head = bench.grpo_cmd(args, "band", Path("out"), 96, "vllm")
+    assert "--use_peft" not in head and "--trainable_parameters" not in head and "--vllm_mode" in head
+
+
+def test_report_names_what_each_method_trains_and_its_rollouts(tmp_path):
+    per_seed = [row("band", 90.0, 0.40, 0.30), dict(row("band+lora", 120.0, 0.41, 0.31), rollouts="transformers",
+                                                     training="lora")]
+    (tmp_path / "compression.json").write_text(json.dumps({"meta": META | {"rollouts": "vllm", "seeds": [0]},
+                                                           "rows": [RFT], "per_seed": per_seed, "rollout_timing": {}}))
+    assert bench.main(["--report-only", "--out", str(tmp_path)]) == 0
+    md = (tmp_path / "compression.md").read_text()
+    assert "| band+lora | livethink, lora | 120.0 |" in md and "| band | livethink | 90.0 |" in md
+    assert "rollouts on vllm (dler also rolls out its dynamic-sampling extras); band+lora on transformers (" in md
+    assert json.loads((tmp_path / "compression.json").read_text())["best"]["name"] == "band"  # 55% vs 40% shorter
