@@ -372,20 +372,21 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
             if r["kind"] == "rft":
                 ax.scatter([t], [q], marker="*", s=180, color="black", zorder=4, label="RFT student")
             else:
-                baseline = split_method(r["variant"])[0] in BASELINES
+                variant, training = split_method(r["variant"])
+                baseline = variant in BASELINES
                 style = {"fmt": "s" if baseline else "o", "ms": 4 if r["kind"] == "midpoint" else 7,
                          "mfc": "none" if r["kind"] == "midpoint" else None, "capsize": 3, "lw": 1,
-                         "color": "tab:gray" if baseline else "tab:blue"}
+                         "color": "tab:gray" if baseline else "tab:blue" if training == "head" else "tab:orange"}
                 ax.errorbar([t], [q], xerr=_err(r, "tokens"), yerr=_err(r, metric, 100), zorder=3, **style)
             ax.annotate(r["name"], (t, q), textcoords="offset points", xytext=(5, 4), fontsize=7)
         ax.set_xlabel("mean tokens per reply (reasoning + reply)")
         ax.set_ylabel(f"{metric} (%)")
         ax.set_title(f"{metric} vs tokens: mean ± 95% interval over seeds")
         ax.grid(alpha=0.3)
-    axes[0].legend(loc="lower right", fontsize=8)
-    fig.text(0.5, 0.005, "circles: livethink variants; squares: baselines; hollow: midpoint checkpoints",
-             ha="center", fontsize=8)
-    fig.tight_layout(rect=(0, 0.03, 1, 1))
+    fig.legend(*axes[0].get_legend_handles_labels(), loc="lower left", ncol=2, fontsize=8, frameon=False)
+    fig.text(0.99, 0.012, "circles: livethink variants (orange: +lora / +all); squares: baselines; hollow: midpoint "
+             "checkpoints", ha="right", fontsize=8)
+    fig.tight_layout(rect=(0, 0.05, 1, 1))
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
