@@ -402,6 +402,27 @@ def _mean_ci(row: dict[str, Any], key: str, scale: float = 1.0, digits: int = 1,
     return text + (f" [{fmt.format(scale * ci[0])}, {fmt.format(scale * ci[1])}]" if ci else "")
 
 
+def published_invocations(meta: dict[str, Any]) -> list[dict[str, Any]]:
+    """Every invocation behind a published report, oldest first: those it extended, then its own."""
+    ext = meta.get("extends") or {}
+    earlier = ext.get("invocations") or ([{"command": ext["command"], "date": ext["date"], "wall_min": None}]
+                                         if "command" in ext else [])
+    return [*earlier, {"command": meta["command"], "date": meta["date"], "wall_min": meta.get("total_wall_min")}]
+
+
+def added_statement(meta: dict[str, Any]) -> list[str]:
+    """The report's lines on the earlier invocations ``--add`` extended, and the wall time of them all."""
+    ext = meta["extends"]
+    invocations = ext.get("invocations") or published_invocations({"command": ext["command"], "date": ext["date"]})
+    walls = [i.get("wall_min") for i in invocations] + [meta["total_wall_min"]]
+    total = (f" Wall time of all {len(walls)} invocations: {sum(walls):.1f} min." if None not in walls else "")
+    return ["Added (`--add`) to the published result of:", "",
+            *[f"- `{i['command']}` ({i['date']}" + (f", {i['wall_min']:.1f} min)" if i.get("wall_min") is not None
+                                                      else ")") for i in invocations], "",
+            f"whose runs {', '.join(ext['runs_kept'])} are kept as they were: the RFT student evaluated exactly as "
+            f"there (same tasks, tokens, correctness, helpfulness), under the same budget.{total}", ""]
+
+
 def seeds_statement(meta: dict[str, Any]) -> str:
     return (f"Seeds {', '.join(map(str, meta['seeds']))}: stage-2 seeds (GRPO sampling and data order, `--seed`) on one "
             f"RFT draw (`{meta['rft']}`). Every run starts from the same RFT student, so a method's spread over seeds "
@@ -422,10 +443,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"{m['total_wall_min']:.1f} min"
         + (" in this invocation, which reused finished runs (--resume): each run's training time is in the per-seed "
            "table." if "--resume" in m["command"] or m.get("extends") else "."), "",
-        *([f"Added to the published result of `{m['extends']['command']}` ({m['extends']['date']}), whose runs "
-           f"{', '.join(m['extends']['runs_kept'])} are kept as they were: the RFT student evaluated exactly as "
-           "there (same tasks, tokens, correctness, helpfulness), under the same budget (`--add`).", ""]
-          if m.get("extends") else []),
+        *(added_statement(m) if m.get("extends") else []),
         seeds_statement(m), "",
         f"Budget per method and seed: {m['steps']} GRPO steps × {m['prompts_per_step']} prompts × {m['generations']} "
         f"completions (max {m['max_completion_length']} tokens), lr {m['lr']}, rollouts on {m['rollouts']} (dler also "
@@ -732,7 +750,7 @@ def main(argv: list[str] | None = None) -> int:
         failed += [f for f in published.get("failed_runs", []) if (f["variant"], f["seed"]) not in rerun]
         timing = timing or published.get("rollout_timing", {})
         kept = [r for r in per_seed if (r["variant"], r["seed"]) not in rerun]
-        extends = {"command": published["meta"]["command"], "date": published["meta"]["date"],
+        extends = {"invocations": published_invocations(published["meta"]),
                    "runs_kept": sorted({f"{r['variant']} seed {r['seed']}" for r in kept})}
         named = {r["name"] for r in eval_results}
         old_eval = out / "compression" / "eval.json"
@@ -752,7 +770,7 @@ def main(argv: list[str] | None = None) -> int:
 
     write_report(eval_results, out / "compression", "Compression variants on the test split",
                  {"command": command, "split": "test", "n_tasks": rft_o["n"], "seeds": seeds,
-                  **({"extends": extends["command"]} if extends else {})})
+                  **({"extends": "; ".join(i["command"] for i in extends["invocations"])} if extends else {})})
     print(markdown(report))
     return 0
 

@@ -189,3 +189,20 @@ def test_report_names_what_each_method_trains_and_its_rollouts(tmp_path):
     assert "| band+lora | livethink, lora | 120.0 |" in md and "| band | livethink | 90.0 |" in md
     assert "rollouts on vllm (dler also rolls out its dynamic-sampling extras); band+lora on transformers (" in md
     assert json.loads((tmp_path / "compression.json").read_text())["best"]["name"] == "band"  # 55% vs 40% shorter
+
+
+def test_added_runs_name_every_earlier_invocation_and_the_total_wall_time():
+    first = {"command": "c1", "date": "d1", "total_wall_min": 55.3}
+    second = {"command": "c2", "date": "d2", "total_wall_min": 30.0,
+              "extends": {"invocations": bench.published_invocations(first), "runs_kept": ["band seed 0"]}}
+    assert bench.published_invocations(second) == [{"command": "c1", "date": "d1", "wall_min": 55.3},
+                                                   {"command": "c2", "date": "d2", "wall_min": 30.0}]
+    third = {"command": "c3", "date": "d3", "total_wall_min": 14.7,
+             "extends": {"invocations": bench.published_invocations(second), "runs_kept": ["band seed 0", "band seed 1"]}}
+    lines = bench.added_statement(third)
+    assert lines[2:4] == ["- `c1` (d1, 55.3 min)", "- `c2` (d2, 30.0 min)"]
+    assert lines[5].endswith("under the same budget. Wall time of all 3 invocations: 100.0 min.")
+    older = {"command": "c2", "date": "d2", "total_wall_min": 30.0,  # written before invocations were chained
+             "extends": {"command": "c1", "date": "d1", "runs_kept": ["band seed 0"]}}
+    assert bench.published_invocations(older)[0] == {"command": "c1", "date": "d1", "wall_min": None}
+    assert "Wall time" not in bench.added_statement(older)[-2]
