@@ -448,7 +448,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"Budget per method and seed: {m['steps']} GRPO steps × {m['prompts_per_step']} prompts × {m['generations']} "
         f"completions (max {m['max_completion_length']} tokens), lr {m['lr']}, rollouts on {m['rollouts']} (dler also "
         f"rolls out its dynamic-sampling extras){own_rollouts}. Stage 2 trains the output layer only unless a method "
-        "says `+lora` (LoRA adapters on the attention projections) or `+all` (every parameter). Evaluation: {m['eval_tasks']} test tasks, greedy, max "
+        f"says `+lora` (LoRA adapters on the attention projections) or `+all` (every parameter). Evaluation: {m['eval_tasks']} test tasks, greedy, max "
         f"{m['eval_max_tokens']} tokens, rubric judge, tokens counted with the student tokenizer. Calculator-assisted "
         f"decoding (rollouts and evaluation): {'on' if m.get('calculator') else 'off'}.", "",
         f"Mean over {n} seed{'s' if n > 1 else ''}, with the 95% t-interval over seeds in brackets"

@@ -188,6 +188,7 @@ def test_report_names_what_each_method_trains_and_its_rollouts(tmp_path):
     md = (tmp_path / "compression.md").read_text()
     assert "| band+lora | livethink, lora | 120.0 |" in md and "| band | livethink | 90.0 |" in md
     assert "rollouts on vllm (dler also rolls out its dynamic-sampling extras); band+lora on transformers (" in md
+    assert "Evaluation: 200 test tasks" in md and "{m[" not in md
     assert json.loads((tmp_path / "compression.json").read_text())["best"]["name"] == "band"  # 55% vs 40% shorter
 
 
