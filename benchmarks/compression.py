@@ -412,14 +412,13 @@ def published_invocations(meta: dict[str, Any]) -> list[dict[str, Any]]:
 
 def added_statement(meta: dict[str, Any]) -> list[str]:
     """The report's lines on the earlier invocations ``--add`` extended, and the wall time of them all."""
-    ext = meta["extends"]
-    invocations = ext.get("invocations") or published_invocations({"command": ext["command"], "date": ext["date"]})
-    walls = [i.get("wall_min") for i in invocations] + [meta["total_wall_min"]]
+    invocations = published_invocations(meta)
+    walls = [i["wall_min"] for i in invocations]
     total = (f" Wall time of all {len(walls)} invocations: {sum(walls):.1f} min." if None not in walls else "")
     return ["Added (`--add`) to the published result of:", "",
-            *[f"- `{i['command']}` ({i['date']}" + (f", {i['wall_min']:.1f} min)" if i.get("wall_min") is not None
-                                                      else ")") for i in invocations], "",
-            f"whose runs {', '.join(ext['runs_kept'])} are kept as they were: the RFT student evaluated exactly as "
+            *[f"- `{i['command']}` ({i['date']}" + (f", {i['wall_min']:.1f} min)" if i["wall_min"] is not None
+                                                      else ")") for i in invocations[:-1]], "",
+            f"whose runs {', '.join(meta['extends']['runs_kept'])} are kept as they were: the RFT student evaluated exactly as "
             f"there (same tasks, tokens, correctness, helpfulness), under the same budget.{total}", ""]
 
 
@@ -434,8 +433,7 @@ def markdown(report: dict[str, Any]) -> str:
     m = report["meta"]
     n = len(m["seeds"])
     other = sorted({r["variant"] for r in report["per_seed"] if r.get("rollouts", m["rollouts"]) != m["rollouts"]})
-    own_rollouts = (f"; {', '.join(other)} on {method_rollouts(other[0], m['rollouts'])} ("
-                    f"{TRANSFORMERS_ROLLOUTS_WHY})" if other else "")
+    own_rollouts = f"; {', '.join(other)} on transformers ({TRANSFORMERS_ROLLOUTS_WHY})" if other else ""
     lines = [
         "# Compression benchmark: stage-2 variants and baselines over seeds", "",
         f"Command: `{m['command']}`", "",
@@ -659,6 +657,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.siri_l_min:
         args.siri_l_min = max(8, min(args.max_completion_length, round(0.4 * rft_o["total_tokens"])))
     def train_and_evaluate(seed: int, variant: str) -> list[dict[str, Any]]:
+        base, training = split_method(variant)
+        rollouts = method_rollouts(variant, args.rollouts)
         out_dir = runs / variant / f"seed{seed}"
         if not args.resume:  # a finished run from an older RFT student would otherwise be reused as is
             shutil.rmtree(out_dir, ignore_errors=True)
@@ -666,17 +666,17 @@ def main(argv: list[str] | None = None) -> int:
         if args.resume and wall_file.is_file() and (out_dir / "final" / "config.json").is_file():  # finished: reuse
             wall = float(wall_file.read_text())
         else:
-            cmd = grpo_cmd(args, variant, out_dir, args.steps, method_rollouts(variant, args.rollouts), seed)
+            cmd = grpo_cmd(args, variant, out_dir, args.steps, rollouts, seed)
             wall = run(cmd, out_dir / "train.log", env)
             wall_file.write_text(f"{wall:.1f}\n")
         summary = train_summary(read_metrics(out_dir))
         print(f"[{(time.perf_counter() - start) / 60:5.1f} min] trained {variant} seed {seed}: {wall / 60:.1f} min, "
               f"{json.dumps(summary.get('last3_mean'))}", flush=True)
         models = [(out_dir / "final", variant, "variant")]
-        if split_method(variant)[0] == "siri":  # SIRI-low (end of compression) and SIRI-high (end of expansion = final)
+        if base == "siri":  # SIRI-low (end of compression) and SIRI-high (end of expansion = final)
             models = [(out_dir / "phases" / "compression-1", variant.replace("siri", "siri-low", 1), "variant"),
                       (out_dir / "final", variant.replace("siri", "siri-high", 1), "variant")]
-        elif args.eval_midpoint and args.steps >= 2 and split_method(variant)[0] in BASELINES:  # the baseline's curve, halfway
+        elif args.eval_midpoint and args.steps >= 2 and base in BASELINES:  # the baseline's curve, halfway
             models.insert(0, (out_dir / f"checkpoint-{args.steps // 2}", f"{variant}@{args.steps // 2}", "midpoint"))
         rows = []
         for model, name, kind in models:
@@ -686,7 +686,7 @@ def main(argv: list[str] | None = None) -> int:
             rows.append({"name": name, "kind": kind, "variant": variant, "seed": seed, "eval": key,
                          "tokens": o["total_tokens"], "correctness": o["correctness"],
                          "helpfulness": o["helpfulness"], "truncated_rate": o["truncated_rate"],
-                         "training": split_method(variant)[1], "rollouts": method_rollouts(variant, args.rollouts),
+                         "training": training, "rollouts": rollouts,
                          "train_wall_min": round(wall / 60, 1) if final else "-",
                          "step_time_mean_s": summary.get("step_time_mean_s") if final else "-",
                          "train": summary if final else {}})
