@@ -41,7 +41,7 @@ class Load(threading.Thread):
         super().__init__(daemon=True)
         self.url, self.name = url, name
         self.stop = threading.Event()
-        self.replies: list[tuple[float, str, str, str, str]] = []  # (time sent, viewer, arm, request_id, replica)
+        self.replies: list[tuple[float, str, str, str, str]] = []  # (time, viewer, arm, request_id, replica)
         self.outcomes: list[str] = []  # acknowledged outcome ids
         self.failures: collections.Counter[str] = collections.Counter()  # unacknowledged requests, by cause
 
@@ -52,11 +52,10 @@ class Load(threading.Thread):
                 viewer = f"viewer-{i % 60}"
                 body = {**LIVE_BODY, "viewer_id": viewer, "deadline_ms": 5000}
                 try:
-                    sent = time.monotonic()  # a reply read after a kill may have left the killed replica before it
                     r = client.post(f"{self.url}/v1/livestream/reply", json=body)
                     if r.status_code == 200:
                         d = r.json()
-                        self.replies.append((sent, viewer, d["arm"], d["request_id"],
+                        self.replies.append((time.monotonic(), viewer, d["arm"], d["request_id"],
                                              r.headers.get("x-livethink-replica", "?")))  # fmt: skip
                     else:
                         self.failures[f"reply {r.status_code}"] += 1
