@@ -13,6 +13,7 @@ import hashlib
 import threading
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import httpx
 import pytest
@@ -34,6 +35,17 @@ def _exposure_id(experiment: str, request_id: str) -> str:
     return "exp-" + hashlib.blake2b(f"{experiment}\0{request_id}".encode(), digest_size=12).hexdigest()
 
 
+class Reply(NamedTuple):
+    """A reply the client got: when its request was sent and answered (monotonic s), and who answered it."""
+
+    sent: float
+    received: float
+    viewer: str
+    arm: str
+    request_id: str
+    replica: str
+
+
 class Load(threading.Thread):
     """A client through the front: replies for 60 viewers in turn, an outcome after every third reply."""
 
@@ -41,7 +53,7 @@ class Load(threading.Thread):
         super().__init__(daemon=True)
         self.url, self.name = url, name
         self.stop = threading.Event()
-        self.replies: list[tuple[float, str, str, str, str]] = []  # (time, viewer, arm, request_id, replica)
+        self.replies: list[Reply] = []
         self.outcomes: list[str] = []  # acknowledged outcome ids
         self.failures: collections.Counter[str] = collections.Counter()  # unacknowledged requests, by cause
 
@@ -52,11 +64,14 @@ class Load(threading.Thread):
                 viewer = f"viewer-{i % 60}"
                 body = {**LIVE_BODY, "viewer_id": viewer, "deadline_ms": 5000}
                 try:
+                    sent = time.monotonic()
                     r = client.post(f"{self.url}/v1/livestream/reply", json=body)
                     if r.status_code == 200:
                         d = r.json()
-                        self.replies.append((time.monotonic(), viewer, d["arm"], d["request_id"],
-                                             r.headers.get("x-livethink-replica", "?")))  # fmt: skip
+                        replica = r.headers.get("x-livethink-replica", "?")
+                        self.replies.append(
+                            Reply(sent, time.monotonic(), viewer, d["arm"], d["request_id"], replica)
+                        )
                     else:
                         self.failures[f"reply {r.status_code}"] += 1
                     if i % 3 == 0:
@@ -115,9 +130,10 @@ def test_kill_9_of_a_replica_mid_load(store_url: str, tmp_path: Path) -> None:
             assert _wait(lambda: sum(len(x.replies) for x in loads) >= n + 10, 60), (
                 "the survivor stopped serving"
             )
+            restart_began = time.monotonic()
             restart_s = rs.restart(0)
             restarted_at = time.monotonic()
-            assert _wait(lambda: any(t > restarted_at and rep == "r0" for x in loads for t, *_, rep in x.replies),
+            assert _wait(lambda: any(r.sent > restarted_at and r.replica == "r0" for x in loads for r in x.replies),
                          60), "the restarted replica got no traffic"  # fmt: skip
         finally:
             for load in loads:
@@ -126,12 +142,14 @@ def test_kill_9_of_a_replica_mid_load(store_url: str, tmp_path: Path) -> None:
                 load.join(60)
         replies = [r for x in loads for r in x.replies]
         outcomes = [o for x in loads for o in x.outcomes]
-        after_kill = [r for r in replies if killed_at < r[0] < restarted_at]
-        assert after_kill and {r[4] for r in after_kill} == {"r1"}
-        assert {r[4] for r in replies} == {"r0", "r1"}
+        # sent after the kill and answered before the restart began: only the survivor can have served them
+        # (a reply r0 wrote just before the kill may reach the client after it; the restarted r0 serves again)
+        after_kill = [r for r in replies if r.sent > killed_at and r.received < restart_began]
+        assert after_kill and {r.replica for r in after_kill} == {"r1"}
+        assert {r.replica for r in replies} == {"r0", "r1"}
         arms: dict[str, set[str]] = {}
-        for _, viewer, arm, _, _ in replies:
-            arms.setdefault(viewer, set()).add(arm)
+        for r in replies:
+            arms.setdefault(r.viewer, set()).add(r.arm)
         assert all(len(a) == 1 for a in arms.values()), "a viewer changed arm between replicas"
         assert {a for s in arms.values() for a in s} == {"think", "nothink"}
         time.sleep(1.5)  # the writers commit within milliseconds; then both read the same store
@@ -147,7 +165,7 @@ def test_kill_9_of_a_replica_mid_load(store_url: str, tmp_path: Path) -> None:
     from livethink.ab_test.store import EventStore
 
     with EventStore(store) as st:
-        exposures = [_exposure_id("replicas_ab", rid) for _, _, _, rid, _ in replies]
+        exposures = [_exposure_id("replicas_ab", r.request_id) for r in replies]
         missing = (set(exposures) | set(outcomes)) - st.present_ids([*exposures, *outcomes])
         assert not missing, f"{len(missing)} acknowledged events lost, e.g. {sorted(missing)[:5]}"
         stored_outcomes = st.fetch("replicas_ab", "outcome", ["viewer_id"])
