@@ -193,6 +193,17 @@ def app_command(settings: Settings, server_url: str, ui_port: int) -> list[str]:
             *(["--quick"] if settings.quick else [])]
 
 
+def report_stream(stdout: str, out: Path) -> None:
+    """Save the simulated stream's result and print its summary (answered share, goodput per arm)."""
+    from livethink.ab_test.simulate import stream_summary
+
+    result = json.loads(stdout)
+    out.write_text(json.dumps(result, indent=2))
+    for line in stream_summary(result):
+        print(f"[demo] simulated viewers: {line}", flush=True)
+    print(f"[demo] simulated viewers: details in {out}", flush=True)
+
+
 def serve_and_show(settings: Settings, env: dict[str, str], port: int, ui_port: int, hold: bool) -> None:
     """Start the server (two arms), stream simulated viewers through it, launch the Gradio app."""
     server_url = f"http://127.0.0.1:{port}"
@@ -208,12 +219,15 @@ def serve_and_show(settings: Settings, env: dict[str, str], port: int, ui_port: 
     try:
         _wait_http(f"{server_url}/health", server, 600)
         print(f"[demo] server: {server_url} (arms rft vs {settings.variant}, events in {store})", flush=True)
+        # closed loop, one viewer per arm's engine at a time: a rate the deployment sustains on 2 cores
         sim = subprocess.run(
             _livethink("ab", "simulate", "--base-url", server_url, "--experiment", "drpo_vs_rft",
                        "--requests", str(settings.sim_requests), "--tasks", str(settings.data / "test.jsonl"),
-                       "--concurrency", "2"), cwd=ROOT, env=env)
+                       "--concurrency", "2"), cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
         if sim.returncode != 0:
             print(f"[demo] simulated viewers: exit code {sim.returncode} (the Experiment tab may be empty)", file=sys.stderr)
+        else:
+            report_stream(sim.stdout, settings.runs / "simulated_stream.json")
         ui = subprocess.Popen(app_command(settings, server_url, ui_port), cwd=ROOT, env=env, start_new_session=True)
         children.append(ui)
         _wait_http(f"http://127.0.0.1:{ui_port}/", ui, 180)

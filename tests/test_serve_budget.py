@@ -24,16 +24,23 @@ from livethink.serve.budget import (
 )
 from livethink.serve.config import ConfigError, dry_run, load_config, parse_config
 from livethink.serve.controller import (
-    WLS,
     BudgetController,
     EngineEstimator,
     EstimatorSettings,
     QueueState,
     SlotQueue,
     queue_wait,
-    safety_factor,
-    wls_predict,
-    wls_update,
+    tail_factor,
+)
+from livethink.serve.estimates import (
+    CurveSettings,
+    Decayed,
+    LevelCurve,
+    ReplyLengths,
+    decayed_update,
+    interpolate,
+    load_level,
+    quantile,
 )
 from livethink.serve.errors import overloaded, validation_error
 from livethink.serve.reasoning import ThinkSplitter, usable_reply
@@ -130,37 +137,91 @@ def test_policy_validation():
 
 
 # -- controller.py ----------------------------------------------------------------------------------------
-def test_weighted_least_squares_by_hand():
-    s = wls_update(wls_update(WLS(), 1, 0.010, 1.0), 3, 0.014, 1.0)
-    assert (s.w, s.sx, s.sy, s.sxx, s.sxy) == pytest.approx((2, 4, 0.024, 10, 0.052))
-    # mean (2, 0.012), Sxx_c = 2, Sxy_c = 0.004 -> slope 0.002 (no ridge); 0.001 with ridge 2 towards 0
-    assert wls_predict(s, 5, (0.0, 0.0), ridge=0.0) == pytest.approx(0.018)
-    assert wls_predict(s, 5, (0.0, 0.0), ridge=2.0) == pytest.approx(0.015)
-    assert wls_predict(WLS(), 4, (0.01, 0.001), ridge=2.0) == pytest.approx(0.014)  # the prior line
-    decayed = wls_update(s, 2, 0.012, 0.5)
-    assert decayed.w == pytest.approx(2.0)  # 0.5 * 2 + 1
+def test_load_levels_are_powers_of_two():
+    assert [load_level(x) for x in (0, 0.5, 1, 1.5, 2, 3, 4, 4.5, 8, 9)] == [1, 1, 1, 2, 2, 4, 4, 8, 8, 16]
 
 
-def test_slope_is_never_negative():
-    s = wls_update(wls_update(WLS(), 1, 0.02, 1.0), 3, 0.01, 1.0)
-    assert wls_predict(s, 10, (0.0, 0.0), ridge=0.0) == pytest.approx(0.015)  # the mean, flat
+def test_decayed_mean_and_spread_by_hand():
+    d = Decayed()
+    for y in (1, 2, 3, 4):
+        d = decayed_update(d, y, now=0.0, half_life_s=30.0, max_weight=100.0)
+    assert (d.w, d.mean, d.m2) == pytest.approx((4.0, 2.5, 5.0)) and d.sd == pytest.approx(1.25**0.5)
+    assert d.weight(30.0, 30.0) == pytest.approx(2.0) and d.weight(60.0, 30.0) == pytest.approx(1.0)
+    # a capped weight follows a change: [1, 3] then 5 with max_weight 2 -> the old pair counts as one
+    c = Decayed()
+    for y in (1, 3):
+        c = decayed_update(c, y, 0.0, 30.0, max_weight=2.0)
+    c = decayed_update(c, 5, 0.0, 30.0, max_weight=2.0)
+    assert (c.w, c.mean, c.m2) == pytest.approx((2.0, 3.5, 5.5))  # m2 = 2 * 0.5 + (5 - 2) * (5 - 3.5)
+    # one half-life later the old state weighs 1: 0.5 * 2 -> mean of (3.5 weight 1, 7 weight 1)
+    assert decayed_update(c, 7, 30.0, 30.0, 100.0).mean == pytest.approx(5.25)
 
 
-def test_queue_wait_and_safety_factor():
+def test_interpolation_between_levels_and_the_prior_slope_beyond():
+    pts = [(1, 0.008), (8, 0.015)]
+    assert interpolate(pts, 4, 0.0005) == pytest.approx(0.008 + 0.007 * 3 / 7)
+    assert interpolate(pts, 16, 0.0005) == pytest.approx(0.019)  # 0.015 + 8 * 0.0005
+    assert interpolate([(8, 0.015)], 1, 0.0005) == pytest.approx(0.0115)  # 0.015 - 7 * 0.0005
+    assert interpolate([(8, 0.004)], 1, 0.001) == pytest.approx(0.001)  # never below a quarter
+
+
+def test_quantile_and_reply_lengths():
+    assert quantile([10, 20, 30, 40], 0.5) == 20 and quantile([10, 20, 30, 40], 0.9) == 40
+    assert quantile([7], 0.1) == 7
+    r = ReplyLengths(window=3)
+    assert r.quantile(0.9) is None
+    for n in (30, 10, 20, 40):  # the window keeps the last three: 10, 20, 40
+        r.observe(n)
+    assert list(r.values) == [10, 20, 40] and r.quantile(0.5) == 20 and r.quantile(0.9) == 40
+
+
+def test_a_burst_never_sets_the_idle_estimate_and_fades_back():
+    """The lock-out: one-at-a-time decoding measured at 8.5 ms, then a burst at load 8 measures 15 ms. The idle
+    estimate stays 8.5 ms; the load-8 estimate fades back to the idle line within a few half-lives."""
+    curve = LevelCurve(CurveSettings(prior=(0.010, 0.0005), half_life_s=30.0, max_weight=8.0))
+    assert curve.predict(1, 0.0) == (pytest.approx(0.0105), 0.0)  # the prior line
+    for i in range(3):
+        curve.observe(1, 0.0085, now=float(i))
+    for i in range(50):
+        curve.observe(8, 0.015, now=10.0 + i * 0.3)
+    assert curve.predict(1, 30.0)[0] == pytest.approx(0.0085)
+    assert curve.predict(8, 30.0)[0] == pytest.approx((8 * 0.015 + 0.0085 + 7 * 0.0005) / 9, rel=0.02)
+    assert curve.predict(4, 30.0)[0] == pytest.approx(0.0085 + (0.015 - 0.0085) * 3 / 7, rel=0.02)
+    later = 25.0 + 5 * 30.0  # weight 8 / 32 < 0.5: level 8 no longer counts
+    assert not curve.fresh(8, later) and curve.fresh(8, 30.0)
+    assert curve.predict(8, later)[0] == pytest.approx(0.0085 + 7 * 0.0005)
+    assert curve.predict(1, 1e6)[0] == pytest.approx(0.0085)  # the idle measurement never expires
+
+
+def test_tail_factor():
+    assert tail_factor(0.01, 0.0, 2.0, 2.5) == 1.0
+    assert tail_factor(0.01, 0.001, 2.0, 2.5) == pytest.approx(1.2)
+    assert tail_factor(0.01, 0.05, 2.0, 2.5) == 2.5  # capped
     assert queue_wait(0, 3, 4, 1.0) == 0.0
     assert queue_wait(0, 4, 4, 1.0) == pytest.approx(0.25)
     assert queue_wait(2, 4, 4, 1.0) == pytest.approx(0.75)
-    assert safety_factor(None, 1.15, 1.5, 2.5) == 1.15
-    assert safety_factor(0.04, 1.15, 1.5, 2.5) == pytest.approx(1.3)  # sigma 0.2
-    assert safety_factor(4.0, 1.15, 1.5, 2.5) == 2.5  # capped
 
 
 def test_estimator_learns_load_dependence():
-    est = EngineEstimator(EstimatorSettings(safety=1.0, spread_k=0.0, decay=1.0, ridge=1e-9))
-    for load, tpot in [(1, 0.004), (8, 0.0055), (16, 0.007), (1, 0.004), (16, 0.007)]:
-        est.observe(load, 0.02, tpot, 0.5)
-    low, high = est.predict(1)[2], est.predict(16)[2]
-    assert low == pytest.approx(0.004, rel=0.05) and high == pytest.approx(0.007, rel=0.05)
+    est = EngineEstimator(EstimatorSettings(safety=1.0, prior_tpot_slope_s=0.0))
+    for _ in range(8):
+        for load, tpot in [(1, 0.004), (8, 0.0055), (16, 0.007)]:
+            est.observe(load, 0.02, tpot, 0.5, now=0.0)
+    low, high = est.predict(1, 0.0), est.predict(16, 0.0)
+    assert low.tpot_mean == pytest.approx(0.004)
+    assert high.tpot_mean == pytest.approx((8 * 0.007 + 0.0055) / 9)  # shrunk towards the flat line from 8
+    assert high.tpot == high.tpot_mean and high.tpot_hi == pytest.approx(high.tpot_mean)  # no spread
+
+
+def test_plan_sizes_thinking_on_the_typical_reply_and_ends_it_for_the_tail():
+    est = Estimates(wait=0.0, ttft=0.023, tpot=0.0115, tpot_hi=0.011, tpot_mean=0.01, ttft_mean=0.02, switch=0.02)
+    plan = plan_budget(1.0, est, POLICY, now=100.0, reply_expected=20, reply_tail=30)
+    # N_expected = floor((1.0 - 0.02 - 0.05) / 0.01) = 93 -> thinking 93 - 20 = 73; the reply keeps its reserve
+    assert (plan.thinking_cap, plan.reply_reserve) == (73, 48)
+    # thinking ends when the 30-token tail still fits: 100 + 1.0 - 0.05 - 30 * 0.011 - 0.02
+    assert plan.thinking_deadline == pytest.approx(100.6)
+    # expected: thinking to 100 + 0.02 + 0.73 = 100.75 > the time limit -> 100.6 + switch, then 20 tokens
+    assert plan.expected_end == pytest.approx(100.6 + 0.02 + 0.2)
 
 
 def test_controller_plans_and_rejects_by_queue():
@@ -179,22 +240,43 @@ def test_controller_plans_and_rejects_by_queue():
     assert isinstance(plan, Reject) and plan.retry_after_s == pytest.approx(1.18)
 
 
-def test_idle_engine_admits_a_probe_instead_of_refusing_forever():
-    c = BudgetController(POLICY, {"e": 2})
-    c.estimators["e"].observe(1, 1.4, 0.035, 2.0)  # a cold start: pessimistic estimates
-    # still learning (fewer than cold_observations replies): a free slot takes a probe too
+def test_a_refusal_is_trusted_only_on_fresh_estimates_and_stale_ones_get_a_trickle_of_probes():
+    c = BudgetController(POLICY, {"e": 2}, trickle_s=2.0)
+    c.observe("e", load=1, ttft_s=1.4, tpot_s=0.035, service_s=2.0, now=0.0)  # a cold start: pessimistic
+    # still learning (fewer than cold_observations replies): a free slot takes a probe
     assert c.plan("e", 0.4, QueueState(running=1, waiting=0, capacity=2)) == TokenBudget(0, 8, probe=True)
     assert isinstance(c.plan("e", 0.4, QueueState(running=2, waiting=0, capacity=2)), Reject)
     for _ in range(c.estimators["e"].settings.cold_observations):
-        c.estimators["e"].observe(1, 1.4, 0.035, 2.0)
-    assert isinstance(c.plan("e", 0.4, QueueState(running=1, waiting=0, capacity=2)), Reject)
-    probe = c.plan("e", 0.4, QueueState(running=0, waiting=0, capacity=2))
-    assert probe == TokenBudget(thinking_cap=0, reply_reserve=8, probe=True)
-    # a probe gets the model's thinking floor (here 40 tokens), so that it answers well or falls back
-    floor = c.plan("e", 0.4, QueueState(running=0, waiting=0, capacity=2), min_thinking=40)
-    assert floor == TokenBudget(thinking_cap=40, reply_reserve=8, probe=True)
+        c.observe("e", load=1, ttft_s=1.4, tpot_s=0.035, service_s=2.0, now=0.0)
+    idle = QueueState(running=0, waiting=0, capacity=2)
+    # fresh measurements say it cannot fit: refused, and refusing changes nothing for the next request
+    assert [c.plan("e", 0.4, idle, now=1.0).reason for _ in range(3)] == ["deadline_unreachable"] * 3
+    # five half-lives later the measurement is stale: one probe per trickle interval, with the thinking floor
+    t = 150.0
+    probe = c.plan("e", 0.4, idle, now=t, min_thinking=40)
+    assert probe.probe and (probe.thinking_cap, probe.reply_reserve) == (40, 8)
+    assert probe.thinking_deadline is not None and probe.thinking_deadline < t + 0.4
+    assert isinstance(c.plan("e", 0.4, idle, now=t + 1.0), Reject)
+    assert c.plan("e", 0.4, idle, now=t + 2.5).probe
     c.loop_lag.value = 0.5  # a saturated front end refuses even when the engine is idle
-    assert c.plan("e", 0.4, QueueState(0, 0, 2)).reason == "frontend_saturated"
+    assert c.plan("e", 0.4, idle, now=t + 9.0).reason == "frontend_saturated"
+
+
+def test_the_idle_estimate_survives_a_burst_in_the_controller():
+    """Issue of the lock-out, end to end in the controller: idle 8.5 ms, a burst at 8 running requests at 15 ms,
+    then an idle request at 2,500 ms: the floor of 192 thinking tokens fits again."""
+    c = BudgetController(
+        BudgetPolicy(margin_s=0.02, reply_reserve=48, min_reply_tokens=24, max_thinking_tokens=256, max_tokens=512),
+        {"e": 24},
+        EstimatorSettings(prior_ttft_s=0.05, prior_tpot_s=0.01, cold_observations=0),
+    )
+    for i in range(5):
+        c.observe("e", load=1, ttft_s=0.02, tpot_s=0.0085, service_s=1.5, now=float(i))
+    for i in range(60):
+        c.observe("e", load=8, ttft_s=0.06, tpot_s=0.015, service_s=2.5, now=10.0 + 0.25 * i)
+    plan = c.plan("e", 2.45, QueueState(0, 0, 24), now=30.0, min_thinking=192)
+    assert isinstance(plan, TokenBudget) and not plan.probe and plan.thinking_cap >= 192
+    assert c.estimators["e"].predict(1, 30.0).tpot_mean == pytest.approx(0.0085)
 
 
 def test_slot_queue_is_fifo_and_times_out():

@@ -174,6 +174,11 @@ def _simulate(args: argparse.Namespace) -> int:
             )  # fmt: skip
         )
     print(json.dumps(result, indent=2))
+    if not args.offline:
+        from livethink.ab_test.simulate import stream_summary
+
+        for line in stream_summary(result):
+            print(line, file=sys.stderr)
     return 0
 
 

@@ -39,6 +39,7 @@ from livethink.ab_test.experiment import Experiment
 from livethink.ab_test.hooks import SIMULATED_HEADER
 from livethink.ab_test.store import EventStore
 from livethink.data.schema import Task
+from livethink.eval.goodput import ViewerOutcome, summarize
 from livethink.rewards.judge import Judge as RewardJudge
 from livethink.rewards.judge import RubricJudge
 
@@ -387,6 +388,7 @@ async def simulate_http(
     own = client is None
     http = client or httpx.AsyncClient(timeout=timeout_s)
     headers = {SIMULATED_HEADER: "1"}
+    seen: dict[str, list[ViewerOutcome]] = {}  # arm -> what its viewers' clients saw
 
     async def one(i: int) -> None:
         task = tasks[i % len(tasks)]
@@ -408,6 +410,7 @@ async def simulate_http(
                 r, err = None, str(exc)
             elapsed = (time.perf_counter() - t0) * 1000
         arm, ok, latency, correct, helpful = None, False, elapsed, None, None
+        fallback, deadline = False, float(deadline_ms or 0)
         if r is None or r.status_code >= 500 or (r.status_code >= 400 and r.status_code != 429):
             stats["errors"] += 1
             if len(stats["error_samples"]) < 5:
@@ -427,11 +430,14 @@ async def simulate_http(
                 return
             stats["replies_ok"] += 1
             ok, arm, latency = True, data["arm"], float(data["timings"]["e2e_ms"])
+            fallback, deadline = bool(data.get("fallback")), float(data.get("deadline_ms") or deadline)
             correct, helpful = judge_reply(judged[i % len(tasks)], data["reply"], judge)
         stats["latency_ms"].append(latency)
         if arm is None:
             stats["not_in_experiment"] += 1
             return
+        status = None if r is None else r.status_code
+        seen.setdefault(arm, []).append(ViewerOutcome(status, elapsed, deadline, fallback, correct))
         stats["arms"][arm] = stats["arms"].get(arm, 0) + 1
         m = om.multiplier(
             np.nan if correct is None else float(correct),
@@ -482,7 +488,26 @@ async def simulate_http(
         **stats,
         "latency_p50_ms": float(np.percentile(lat, 50)) if len(lat) else None,
         "latency_p99_ms": float(np.percentile(lat, 99)) if len(lat) else None,
+        "per_arm": {arm: summarize(rows).to_dict() for arm, rows in sorted(seen.items())},
     }
+
+
+def stream_summary(result: dict[str, Any], target_answered: float = 0.95) -> list[str]:
+    """Lines for people: the answered share of a ``simulate_http`` run against its target, and goodput per arm
+    (correct, not the fallback, within the deadline by the client's clock, over the requests sent)."""
+    arms = result.get("per_arm", {})
+    sent = sum(a["sent"] for a in arms.values()) + result.get("not_in_experiment", 0)
+    answered = sum(a["answered"] for a in arms.values())
+    share = answered / sent if sent else 0.0
+    verdict = "met" if share >= target_answered else "NOT met"
+    lines = [f"answered {answered} of {sent} requests ({share:.1%}; target ≥ {target_answered:.0%}: {verdict})"]
+    for arm, a in arms.items():
+        lines.append(
+            f"arm {arm}: {a['sent']} sent, {a['answered']} answered ({a['answered_share']:.1%}), "
+            f"{a['fallback']} fallback, {a['refused']} refused (429), {a['errors']} errors; "
+            f"goodput {a['goodput']:.1%} (correct, in the deadline, by the client's clock)"
+        )
+    return lines
 
 
 def _arm_from(r: httpx.Response) -> str | None:

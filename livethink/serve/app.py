@@ -64,6 +64,7 @@ from livethink.serve.protocol import (
     VersionInfo,
     model_card,
 )
+from livethink.serve.refusals import refusing_while_idle
 from livethink.serve.responses import chat_body, livestream_body, sse_chunks
 from livethink.serve.service import AUTO_MODEL, Job, Result, Service
 
@@ -279,11 +280,15 @@ def create_app(
         app.state.service = svc
         app.state.engine_fallback = es.fallback_reason
         app.state.started = int(time.time())
-        lag_task = asyncio.create_task(svc.controller.loop_lag.run())
+        background = [asyncio.create_task(svc.controller.loop_lag.run())]
+        prober = svc.start_idle_probes()
+        if prober is not None:
+            background.append(asyncio.create_task(prober.run()))
         try:
             yield
         finally:
-            lag_task.cancel()
+            for task in background:
+                task.cancel()
             for engine in es.engines.values():
                 try:
                     await engine.stop()
@@ -320,9 +325,25 @@ def create_app(
     def simulated(request: Request) -> bool:
         return request.headers.get(SIMULATED_HEADER) == "1"
 
+    def refresh_refusals(svc: Service) -> str | None:
+        """Update the refusal gauges; the reason the server is degraded by refusals, or None."""
+        b = config.budget
+        share = svc.refusals.share()
+        idle = svc.engines_idle()
+        degraded = refusing_while_idle(share, idle, b.degraded_refusal_share, b.degraded_min_requests)
+        svc.metrics.refused_share.set(share.share)
+        svc.metrics.refusing_while_idle.set(int(degraded))
+        if not degraded:
+            return None
+        return (
+            f"refused {share.refused} of the last {share.requests} requests ({share.share:.0%}, most for "
+            f"{share.top_reason}) in {b.refusal_window_s:.0f} s while the engines are idle"
+        )
+
     @app.get("/health", dependencies=[require_key], tags=["server"], responses={200: {"model": Health}, **errors()})
     async def health(request: Request) -> dict[str, Any]:
         svc = service(request)
+        refusing = refresh_refusals(svc)
         out = {
             "status": "ok",
             "models": svc.models,
@@ -332,10 +353,14 @@ def create_app(
             "reasoning": {m: svc.reasoning_format(m).to_dict() for m in svc.models},
             "min_thinking_tokens": {m: f.tokens for m, f in svc.floors.items()},
         }
+        reasons = [refusing] if refusing else []
         ab = svc.hooks.health() if hasattr(svc.hooks, "health") else None
         if ab is not None:  # the A/B write path: a failing store or a full spool degrades, never fails, health
             out["ab"] = ab
-            out["status"] = "degraded" if ab.get("degraded") or (ab.get("spool") or {}).get("full") else "ok"
+            if ab.get("degraded") or (ab.get("spool") or {}).get("full"):
+                reasons.append("the A/B event store is failing or its spool is full")
+        if reasons:
+            out["status"], out["reason"] = "degraded", "; ".join(reasons)
         return out
 
     @app.get("/version", dependencies=[require_key], tags=["server"], responses={200: {"model": VersionInfo}, **errors()})
@@ -375,7 +400,8 @@ def create_app(
         },
     )
     async def metrics(request: Request) -> Response:
-        return Response(service(request).metrics.render(), media_type=CONTENT_TYPE_LATEST)
+        svc = service(request)
+        return Response(svc.metrics.render(lambda: refresh_refusals(svc)), media_type=CONTENT_TYPE_LATEST)
 
     @app.post(
         "/v1/livestream/reply",

@@ -7,12 +7,19 @@ The token capacity (budget forcing as in s1, arXiv 2501.19393, with a deadline-d
 
     N_total = floor((remaining − wait − ttft − margin) / tpot)
 
-and the budget splits it into a thinking cap plus a reserve for the reply:
+with ``tpot`` the conservative per-token time (mean × safety): it decides admission. Thinking is sized on what
+is *expected* (mean per-token time ``tpot_mean``, typical reply ``reply_expected`` tokens) and ended in *time*
+so that the reply still fits at its measured tail:
 
-    thinking_cap = min(max_thinking, max(0, N_total − reply_reserve))    reply = min(reply_reserve, N_total)
+    thinking_cap = min(max_thinking, N_expected − reply_expected)    reply = min(reply_reserve, N_total)
+    thinking_deadline = now + remaining − margin − (reply_tail · tpot_hi + switch)
 
-Thinking also has a time limit, ``thinking_deadline = now + remaining − margin − reply · tpot_hi``: whichever
-of the cap and the time limit comes first forces ``</think>``.
+where ``N_expected`` is the capacity at ``tpot_mean``, ``reply_tail`` a high quantile of recent reply lengths and
+``switch`` the time to start the reply after a forced end (a prefill). Whichever of the cap and the time limit
+comes first forces ``</think>``; a reply that runs past its tail is cut at the hard deadline (complete sentences
+kept), so the deadline holds either way while a typical forced reply ends just inside it. Without measurements
+(``tpot_mean``, ``reply_expected``, ``reply_tail`` unset) this is the plain rule: cap = N_total − reserve, time
+limit = reply reserve at ``tpot_hi``.
 
 When even ``min_reply_tokens`` do not fit, the request is refused (HTTP 429) with a ``Retry-After`` that
 estimates when the queue will have drained enough.
@@ -21,7 +28,7 @@ estimates when the queue will have drained enough.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -34,12 +41,18 @@ class Estimates:
 
     wait: float  # queue wait for an engine slot
     ttft: float  # engine submission -> first token
-    tpot: float  # per output token after the first
+    tpot: float  # per output token after the first (conservative: admission)
     tpot_hi: float | None = None  # None = tpot
+    tpot_mean: float | None = None  # the expected per-token time (sizes thinking); None = tpot
+    ttft_mean: float | None = None  # the expected TTFT; None = ttft
+    switch: float = 0.0  # starting the reply after a forced end of thinking (a continuation prefill)
 
     @property
     def tpot_reply(self) -> float:
-        return self.tpot if self.tpot_hi is None else max(self.tpot, self.tpot_hi)
+        """Per-token time of the reply's tail (times the end of thinking)."""
+        if self.tpot_hi is None:
+            return self.tpot
+        return self.tpot_hi if self.tpot_mean is not None else max(self.tpot, self.tpot_hi)
 
 
 @dataclass(frozen=True)
@@ -78,6 +91,7 @@ class TokenBudget:
     reply_reserve: int
     thinking_deadline: float | None = None
     probe: bool = False  # granted although the estimates said no (they may be stale); the hard cut bounds it
+    expected_end: float | None = None  # monotonic: when the plan expects the reply to be complete
 
     @property
     def max_tokens(self) -> int:
@@ -151,12 +165,15 @@ def plan_budget(
     max_tokens: int | None = None,
     thinking_allowed: bool = True,
     now: float | None = None,
+    reply_expected: int | None = None,
+    reply_tail: int | None = None,
 ) -> TokenBudget | Reject:
     """Turn the remaining time into a token budget, or refuse.
 
     ``max_thinking`` / ``reply_reserve`` / ``max_tokens`` override the policy (per arm or per request).
-    With ``now`` (monotonic), the budget carries a thinking deadline: the time after which only the reply
-    reserve (plus the margin) still fits before the deadline, timed with the pessimistic ``tpot_hi``.
+    ``reply_expected`` / ``reply_tail``: typical and tail reply lengths measured for the model (None: the
+    reserve). With ``now`` (monotonic), the budget carries a thinking deadline: the time after which only the
+    reply's tail (plus the margin) still fits before the deadline, timed with the pessimistic ``tpot_hi``.
     """
     thinking_limit = policy.max_thinking_tokens if max_thinking is None else max_thinking
     cap = policy.max_tokens if max_tokens is None else min(max_tokens, policy.max_tokens)
@@ -167,10 +184,31 @@ def plan_budget(
         needed = time_needed(max(min_reply, 1), est, policy.margin_s)
         return Reject(retry_after(remaining_s, est, policy), "deadline_unreachable", needed)
     thinking, reply = split_budget(n_total, reserve, thinking_limit, cap, thinking_allowed)
-    thinking_deadline = None
+    if thinking_allowed and (est.tpot_mean is not None or reply_expected is not None):
+        expected = replace(est, tpot=est.tpot_mean or est.tpot, ttft=est.ttft if est.ttft_mean is None else est.ttft_mean)
+        n_expected = max(n_total, token_capacity(remaining_s, expected, policy.margin_s))
+        typical = reply if reply_expected is None else max(min_reply, min(reply, reply_expected))
+        thinking = max(0, min(thinking_limit, n_expected - typical, cap - reply))
+    thinking_deadline = expected_end = None
     if now is not None and thinking > 0:
-        thinking_deadline = now + remaining_s - policy.margin_s - reply * est.tpot_reply
-    return TokenBudget(thinking, reply, thinking_deadline)
+        tail = reply if reply_tail is None else max(min_reply, min(reply, reply_tail))
+        thinking_deadline = now + remaining_s - policy.margin_s - tail * est.tpot_reply - est.switch
+    if now is not None:
+        typical = reply if reply_expected is None else max(1, min(reply, reply_expected))
+        expected_end = expected_completion(now, est, thinking, typical, thinking_deadline)
+    return TokenBudget(thinking, reply, thinking_deadline, expected_end=expected_end)
+
+
+def expected_completion(
+    now: float, est: Estimates, thinking: int, reply: int, thinking_deadline: float | None
+) -> float:
+    """When a plan expects its reply complete (monotonic): wait and first token, thinking up to its cap or its
+    time limit (then the reply restarts, ``switch``), then a typical reply, all at the expected speed."""
+    tpot = est.tpot_mean or est.tpot
+    think_end = now + est.wait + (est.ttft if est.ttft_mean is None else est.ttft_mean) + thinking * tpot
+    if thinking_deadline is not None and thinking_deadline < think_end:
+        think_end = max(now, thinking_deadline) + est.switch
+    return think_end + reply * tpot
 
 
 def hard_deadline(arrival: float, deadline_s: float, finalize_s: float) -> float:

@@ -101,6 +101,13 @@ class BudgetConfig(_Strict):
     max_loop_lag_ms: float = Field(
         default=100.0, gt=0
     )  # event-loop lag above this: the front end is saturated, 429
+    estimate_half_life_s: float = Field(default=30.0, gt=0)  # a latency measurement counts half after this long
+    probe_interval_s: float | None = Field(default=10.0, gt=0)  # idle engines are probed this often; None: never
+    trickle_s: float = Field(default=2.0, ge=0)  # stale estimates: one probe request per engine this often
+    reply_quantile: float = Field(default=0.9, gt=0, le=1)  # the reply-length tail that times the end of thinking
+    refusal_window_s: float = Field(default=60.0, gt=0)  # /health: refusals counted over this window ...
+    degraded_refusal_share: float = Field(default=0.5, gt=0, le=1)  # ... degraded at this share, engines idle
+    degraded_min_requests: int = Field(default=5, ge=1)  # ... with at least this many requests in the window
 
     def policy(self) -> BudgetPolicy:
         return BudgetPolicy(
@@ -117,6 +124,7 @@ class BudgetConfig(_Strict):
             prior_tpot_s=self.prior_tpot_ms / 1000,
             safety=self.safety,
             cold_factor=self.cold_factor,
+            half_life_s=self.estimate_half_life_s,
         )
 
 

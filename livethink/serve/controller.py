@@ -1,12 +1,17 @@
 """Latency-budget controller: live estimates per engine, engine slots (our queue), admission and planning.
 
-Per engine it learns, from finished requests, time to first token (``ttft``) and decode time per token
-(``tpot``) *as a function of the load* (requests running on the engine): an exponentially weighted linear fit
-``y ≈ mean_y + slope·(x − mean_x)`` whose slope is shrunk towards a prior (pure functions ``wls_update`` /
-``wls_predict``). A request that would run alongside ``n`` others is planned with the prediction at ``n + 1``
-times a safety factor. Requests beyond ``max_concurrency`` wait in a FIFO for an engine slot; the expected
-wait is ``position · service_time / max_concurrency`` (``queue_wait``). ``plan`` turns all that into a
-``TokenBudget`` or a ``Reject`` (see ``budget.py``).
+Per engine it learns, from finished requests and idle probes, time to first token (``ttft``) and decode time
+per token (``tpot``) *per load level* (requests running on the engine), as time-decayed means and spreads
+(``estimates.LevelCurve``): a burst sets the estimates of the loads it ran at, never the idle one, and they fade
+back to what the idle measurement implies once it is over. A request that would run alongside ``n`` others is
+planned at load ``n + 1``: admitted on the mean times a safety factor, its thinking sized on the mean and ended
+in time for the reply's measured tail (``budget.plan_budget``). Requests beyond ``max_concurrency`` wait in a
+FIFO for an engine slot; the expected wait is ``position · service_time / max_concurrency`` (``queue_wait``).
+
+A refusal is trusted only where the estimates are fresh. While an engine is still being learnt, or the load
+level a request would run at has no recent measurement, a request the estimates would refuse is let through as
+a *probe* at most once per ``trickle_s`` (the hard deadline bounds it), so a stale estimate cannot lock the
+server out: refusing never makes the next request less likely to be served.
 """
 
 from __future__ import annotations
@@ -17,41 +22,10 @@ import time
 from dataclasses import dataclass, field, replace
 
 from livethink.serve.budget import BudgetPolicy, Estimates, Reject, TokenBudget, plan_budget
+from livethink.serve.estimates import CurveSettings, LevelCurve, ReplyLengths
 
 
-# -- pure estimation math -------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class WLS:
-    """Exponentially weighted sums of (x, y) observations."""
-
-    w: float = 0.0
-    sx: float = 0.0
-    sy: float = 0.0
-    sxx: float = 0.0
-    sxy: float = 0.0
-
-
-def wls_update(s: WLS, x: float, y: float, decay: float) -> WLS:
-    """Forget old observations by ``decay`` (0 < decay ≤ 1) and add (x, y) with weight 1."""
-    return WLS(
-        decay * s.w + 1.0, decay * s.sx + x, decay * s.sy + y, decay * s.sxx + x * x, decay * s.sxy + x * y
-    )
-
-
-def wls_predict(s: WLS, x: float, prior: tuple[float, float], ridge: float) -> float:
-    """Predict y at x. Without data: the prior line ``a0 + b0·x``. With data: weighted mean of y plus a slope
-    fitted by least squares and shrunk towards ``b0`` (ridge penalty ``ridge``), never negative; the prediction
-    is at least a quarter of the mean (extrapolating down to light load)."""
-    a0, b0 = prior
-    if s.w <= 0:
-        return a0 + b0 * x
-    mx, my = s.sx / s.w, s.sy / s.w
-    sxx_c = max(0.0, s.sxx - s.w * mx * mx)
-    sxy_c = s.sxy - s.w * mx * my
-    slope = max(0.0, (sxy_c + ridge * b0) / (sxx_c + ridge))
-    return max(0.25 * my, my + slope * (x - mx))  # far below the observed loads, not less than a quarter
-
-
+# -- pure helpers ---------------------------------------------------------------------------------------
 def ewma(previous: float | None, value: float, alpha: float) -> float:
     return value if previous is None else (1 - alpha) * previous + alpha * value
 
@@ -143,12 +117,11 @@ class EstimatorSettings:
     prior_ttft_slope_s: float = 0.005  # extra TTFT per running request
     prior_tpot_s: float = 0.01
     prior_tpot_slope_s: float = 0.0005  # extra decode time per token per running request
-    decay: float = 0.9  # per observation: the fit follows a change of load within ~10 requests
-    ridge: float = 20.0
+    half_life_s: float = 30.0  # a measurement counts half after this long (estimates cannot freeze)
+    max_weight: float = 8.0  # a load level follows a change within about this many requests
     service_alpha: float = 0.1
-    spread_alpha: float = 0.2
-    safety: float = 1.15  # predictions are multiplied by max(safety, 1 + spread_k · relative spread)
-    spread_k: float = 1.5
+    safety: float = 1.15  # admission: predicted TTFT / per-token time times this (the mean is what is planned)
+    spread_k: float = 2.0  # the tail of the per-token time: mean + k·sd at the load level
     max_factor: float = 2.5
     cold_factor: float = 1.0  # before any measurement the priors count this much more (serve config: 2) ...
     cold_observations: int = 16  # ... fading linearly to 1 over this many finished requests
@@ -161,56 +134,69 @@ def cold_factor(observations: int, factor: float, n: int) -> float:
     return 1.0 + (factor - 1.0) * (1.0 - observations / n)
 
 
-def safety_factor(rel_var: float | None, safety: float, k: float, cap: float) -> float:
-    """max(safety, 1 + k·σ) capped, where σ² is the EW mean squared relative error of past predictions."""
-    if rel_var is None:
-        return safety
-    return min(cap, max(safety, 1.0 + k * rel_var**0.5))
+def tail_factor(mean: float, sd: float, k: float, cap: float) -> float:
+    """1 + k·sd/mean, capped: the tail of a quantity relative to its mean."""
+    if mean <= 0:
+        return 1.0
+    return min(cap, 1.0 + k * sd / mean)
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """Seconds, at one load: means, the admission figures (× safety) and the per-token tail."""
+
+    ttft: float
+    tpot: float
+    tpot_hi: float
+    ttft_mean: float
+    tpot_mean: float
 
 
 @dataclass
 class EngineEstimator:
     settings: EstimatorSettings = field(default_factory=EstimatorSettings)
-    ttft: WLS = field(default_factory=WLS)
-    tpot: WLS = field(default_factory=WLS)
-    ttft_var: float | None = None
-    tpot_var: float | None = None
     service_s: float | None = None
     observations: int = 0
 
-    def _raw(self, load: float) -> tuple[float, float]:
+    def __post_init__(self) -> None:
         s = self.settings
-        return (
-            wls_predict(self.ttft, load, (s.prior_ttft_s, s.prior_ttft_slope_s), s.ridge),
-            wls_predict(self.tpot, load, (s.prior_tpot_s, s.prior_tpot_slope_s), s.ridge),
-        )
+
+        def curve(a0: float, b0: float) -> LevelCurve:
+            return LevelCurve(CurveSettings((a0, b0), s.half_life_s, s.max_weight))
+
+        self.ttft = curve(s.prior_ttft_s, s.prior_ttft_slope_s)
+        self.tpot = curve(s.prior_tpot_s, s.prior_tpot_slope_s)
 
     def observe(
-        self, load: float, ttft_s: float | None, tpot_s: float | None, service_s: float | None
+        self,
+        load: float,
+        ttft_s: float | None,
+        tpot_s: float | None,
+        service_s: float | None,
+        now: float | None = None,
     ) -> None:
-        s = self.settings
-        pred_ttft, pred_tpot = self._raw(load)
+        now = time.monotonic() if now is None else now
         if ttft_s is not None:
-            if self.ttft.w > 0 and pred_ttft > 0:
-                self.ttft_var = ewma(self.ttft_var, (ttft_s / pred_ttft - 1) ** 2, s.spread_alpha)
-            self.ttft = wls_update(self.ttft, load, ttft_s, s.decay)
+            self.ttft.observe(load, ttft_s, now)
         if tpot_s is not None:
-            if self.tpot.w > 0 and pred_tpot > 0:
-                self.tpot_var = ewma(self.tpot_var, (tpot_s / pred_tpot - 1) ** 2, s.spread_alpha)
-            self.tpot = wls_update(self.tpot, load, tpot_s, s.decay)
+            self.tpot.observe(load, tpot_s, now)
         if service_s is not None:
-            self.service_s = ewma(self.service_s, service_s, s.service_alpha)
+            self.service_s = ewma(self.service_s, service_s, self.settings.service_alpha)
         self.observations += 1
 
-    def predict(self, load: float) -> tuple[float, float, float]:
-        """(ttft, tpot, tpot_hi) in seconds at ``load`` running requests: TTFT and TPOT times the safety
-        factor; ``tpot_hi`` times the spread factor max(safety, 1 + k·σ) (used to time the reply reserve)."""
+    def fresh(self, load: float, now: float | None = None) -> bool:
+        """Whether the per-token time at ``load`` rests on a recent measurement at that load level."""
+        return self.tpot.fresh(load, time.monotonic() if now is None else now)
+
+    def predict(self, load: float, now: float | None = None) -> Prediction:
         s = self.settings
-        ttft, tpot = self._raw(load)
+        now = time.monotonic() if now is None else now
+        ttft, _ = self.ttft.predict(load, now)
+        tpot, tpot_sd = self.tpot.predict(load, now)
         cold = cold_factor(self.observations, s.cold_factor, s.cold_observations)
-        f_ttft = safety_factor(self.ttft_var, s.safety, s.spread_k, s.max_factor) * cold
-        f_tpot = safety_factor(self.tpot_var, s.safety, s.spread_k, s.max_factor) * cold
-        return ttft * f_ttft, max(tpot * s.safety * cold, 1e-4), max(tpot * f_tpot, 1e-4)
+        tpot = max(tpot, 1e-4)
+        hi = tpot * max(1.0, tail_factor(tpot, tpot_sd, s.spread_k, s.max_factor)) * cold
+        return Prediction(ttft * s.safety * cold, tpot * s.safety * cold, hi, ttft * cold, tpot * cold)
 
     def service_time(self, default: float) -> float:
         return self.service_s if self.service_s is not None else default
@@ -247,7 +233,7 @@ class QueueState:
 
 
 class BudgetController:
-    """Owns the per-engine estimators and slot queues; plans budgets and decides admission."""
+    """Owns the per-engine estimators, slot queues and reply lengths; plans budgets and decides admission."""
 
     def __init__(
         self,
@@ -256,9 +242,13 @@ class BudgetController:
         estimator: EstimatorSettings | None = None,
         max_loop_lag_s: float = 0.15,
         ramp_start: int | None = None,
+        reply_quantile: float = 0.9,
+        trickle_s: float = 2.0,
     ):
         """``ramp_start``: a cold engine opens this many slots, one more per finished request (slow start,
-        as TCP does), up to its capacity; None opens them all at once."""
+        as TCP does), up to its capacity; None opens them all at once. ``reply_quantile``: the quantile of
+        recent reply lengths that times the end of thinking. ``trickle_s``: at most one probe per engine this
+        often where the estimates are stale."""
         self.policy = policy
         self.estimators = {
             name: EngineEstimator(replace(estimator or EstimatorSettings())) for name in capacities
@@ -270,6 +260,10 @@ class BudgetController:
         self.send_s: float | None = None  # decaying max of (last byte sent − generation over), seconds
         self.send_decay = 0.98  # per reply: an outlier counts half after ~35 replies
         self.max_send_s = 0.25
+        self.reply_quantile = reply_quantile
+        self.replies: dict[str, ReplyLengths] = collections.defaultdict(ReplyLengths)  # by model
+        self.trickle_s = trickle_s
+        self._last_probe: dict[str, float] = {}
 
     def observe_send(self, seconds: float) -> None:
         """Time a finished reply took to leave (serialization, the event loop, A/B logging, the socket)."""
@@ -285,17 +279,56 @@ class BudgetController:
         q = self.queues[engine]
         return QueueState(q.running, q.waiting, q.capacity)
 
+    @staticmethod
+    def load(q: QueueState) -> int:
+        """The load a request arriving now runs at: what runs and waits, plus itself, up to the capacity."""
+        return min(q.capacity, q.running + q.waiting + 1)
+
     def estimates(
         self, engine: str, queue: QueueState | None = None, default_service_s: float = 1.0
     ) -> Estimates:
         """Estimates for a request that arrives now at ``engine`` (it will run with the current load + 1)."""
         q = queue or self.queue_state(engine)
         est = self.estimators[engine]
-        load = min(q.capacity, q.running + q.waiting + 1)
-        ttft, tpot, tpot_hi = est.predict(load)
+        p = est.predict(self.load(q))
         wait = queue_wait(q.waiting, q.running, q.capacity, est.service_time(default_service_s))
         # a lagging event loop delays everything: it counts as wait
-        return Estimates(wait=wait + self.loop_lag.value, ttft=ttft, tpot=tpot, tpot_hi=tpot_hi)
+        return Estimates(
+            wait=wait + self.loop_lag.value,
+            ttft=p.ttft,
+            tpot=p.tpot,
+            tpot_hi=p.tpot_hi,
+            tpot_mean=p.tpot_mean,
+            ttft_mean=p.ttft_mean,
+            switch=p.ttft_mean,
+        )
+
+    def observe_reply(self, model: str, tokens: int) -> None:
+        """A finished reply's length in tokens (after the think block)."""
+        self.replies[model].observe(tokens)
+
+    def reply_lengths(self, model: str | None) -> tuple[int | None, int | None]:
+        """(median, tail) of the model's recent reply lengths; (None, None) before any."""
+        r = self.replies.get(model) if model is not None else None
+        if r is None or not r.values:
+            return None, None
+        return r.quantile(0.5), r.quantile(self.reply_quantile)
+
+    def _may_probe(self, engine: str, q: QueueState, now: float) -> bool:
+        """A request the estimates refuse may go through as a probe: a free slot and nobody waiting, and the
+        estimates for its load are not to be trusted (still learning, or stale), at most once per
+        ``trickle_s`` per engine (while learning: any free slot)."""
+        if q.waiting or q.running >= q.capacity:
+            return False
+        est = self.estimators[engine]
+        if est.observations < est.settings.cold_observations:
+            return True
+        if est.fresh(self.load(q), now):
+            return False
+        if now - self._last_probe.get(engine, float("-inf")) < self.trickle_s:
+            return False
+        self._last_probe[engine] = now
+        return True
 
     def plan(
         self,
@@ -309,13 +342,15 @@ class BudgetController:
         thinking_allowed: bool = True,
         now: float | None = None,
         min_thinking: int = 0,
+        model: str | None = None,
     ) -> TokenBudget | Reject:
         """``plan(deadline, queue_state)``: a token budget for the time left, or a refusal. ``min_thinking``:
-        the model's thinking floor, which a probe gets (see below)."""
+        the model's thinking floor, which a probe gets (see below); ``model``: whose reply lengths count."""
         if self.loop_lag.value > self.max_loop_lag_s:  # the front end (this process) is saturated
             return Reject(max(self.policy.min_retry_after_s, self.loop_lag.value), "frontend_saturated")
         q = queue or self.queue_state(engine)
         est = self.estimates(engine, q, default_service_s=remaining_s)
+        typical, tail = self.reply_lengths(model)
         plan = plan_budget(
             remaining_s,
             est,
@@ -325,34 +360,46 @@ class BudgetController:
             max_tokens=max_tokens,
             thinking_allowed=thinking_allowed,
             now=now,
+            reply_expected=typical,
+            reply_tail=tail,
         )
-        est_n = self.estimators[engine]
-        learning = est_n.observations < est_n.settings.cold_observations
-        free = q.running == 0 or (learning and q.running < q.capacity)
-        short = isinstance(plan, TokenBudget) and plan.thinking_cap < min_thinking and learning
-        if (isinstance(plan, Reject) or short) and free and q.waiting == 0 and remaining_s > 0:
-            # An idle engine never refuses, nor a free slot while the estimates are still being learnt (nor
-            # does it then deny the thinking floor): they can be stale or pessimistic (a cold start), and only
-            # an admitted request refreshes them. The probe gets the model's thinking floor and the minimal
-            # reply; the hard deadline bounds it (a probe cut there gets the fallback reply, not a guess).
+        short = isinstance(plan, TokenBudget) and plan.thinking_cap < min_thinking
+        t = time.monotonic() if now is None else now
+        if (isinstance(plan, Reject) or short) and remaining_s > 0 and self._may_probe(engine, q, t):
+            # Stale or unlearnt estimates may refuse wrongly, and only an admitted request refreshes them. The
+            # probe gets the model's thinking floor, ended in time for the minimal reply; the hard deadline
+            # bounds it (a probe cut there gets the fallback reply, not a guess).
             cap = self.policy.max_tokens if max_tokens is None else min(max_tokens, self.policy.max_tokens)
             reply = max(1, min(self.policy.min_reply_tokens, cap))
             thinking = max(0, min(min_thinking, cap - reply)) if thinking_allowed else 0
-            return TokenBudget(thinking, reply, probe=True)
+            deadline = None
+            if now is not None and thinking > 0:
+                deadline = now + remaining_s - self.policy.margin_s - reply * est.tpot_reply - est.switch
+            return TokenBudget(thinking, reply, deadline, probe=True)
         return plan
 
     def observe(
-        self, engine: str, *, load: float, ttft_s: float | None, tpot_s: float | None, service_s: float | None
+        self,
+        engine: str,
+        *,
+        load: float,
+        ttft_s: float | None,
+        tpot_s: float | None,
+        service_s: float | None,
+        now: float | None = None,
     ) -> None:
         est = self.estimators[engine]
-        est.observe(load, ttft_s, tpot_s, service_s)
+        est.observe(load, ttft_s, tpot_s, service_s, now)
         if self.ramp_start is not None:
             self.queues[engine].open_slots(self.ramp_start + est.observations)
 
     def snapshot(self) -> dict[str, dict]:
         out = {}
+        now = time.monotonic()
         for name, q in self.queues.items():
-            est = self.estimates(name)
+            state = self.queue_state(name)
+            est = self.estimates(name, state)
+            idle = self.estimators[name].predict(1, now)
             out[name] = {
                 "running": q.running,
                 "waiting": q.waiting,
@@ -361,7 +408,12 @@ class BudgetController:
                 "estimated_wait_ms": round(est.wait * 1000, 2),
                 "estimated_ttft_ms": round(est.ttft * 1000, 2),
                 "estimated_tpot_ms": round(est.tpot * 1000, 3),
+                "estimated_tpot_mean_ms": round((est.tpot_mean or est.tpot) * 1000, 3),
                 "estimated_tpot_hi_ms": round(est.tpot_reply * 1000, 3),
+                "idle_tpot_ms": round(idle.tpot_mean * 1000, 3),
+                "tpot_ms_by_load": {
+                    str(lvl): round(d.mean * 1000, 3) for lvl, d in sorted(self.estimators[name].tpot.levels.items())
+                },
                 "loop_lag_ms": round(self.loop_lag.value * 1000, 2),
                 "send_ms": None if self.send_s is None else round(self.send_s * 1000, 2),
                 "at": time.time(),

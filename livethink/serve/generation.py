@@ -43,6 +43,7 @@ class Result:
     cut_at_deadline: bool = False
     status: str = "ok"
     fallback_reason: str | None = None  # deadline | no_reply | below_min_thinking
+    planned_ms: float | None = None  # when the plan expected the reply complete (from arrival)
 
     @property
     def reply_tokens(self) -> int:

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import collections
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -133,6 +134,30 @@ class ServeMetrics:
             ("model", "quantity"),
             registry=r,
         )
+        self.deadline_used = Histogram(
+            "livethink_deadline_used_ratio",
+            "Share of the deadline a reply used (arrival to last byte / deadline, the client's clock)",
+            LABELS,
+            buckets=(0.1, 0.25, 0.5, 0.6, 0.7, 0.8, 0.85, 0.9, 0.95, 1.0, 1.05, 1.25, 2.0),
+            registry=r,
+        )
+        self.plan_error = Histogram(
+            "livethink_plan_error_seconds",
+            "Actual minus planned completion time of a reply",
+            LABELS,
+            buckets=(-0.5, -0.25, -0.1, -0.05, -0.02, 0.0, 0.02, 0.05, 0.1, 0.25, 0.5),
+            registry=r,
+        )
+        self.refused_share = Gauge(
+            "livethink_refused_share",
+            "Share of requests refused with 429 over the refusal window (budget.refusal_window_s)",
+            registry=r,
+        )
+        self.refusing_while_idle = Gauge(
+            "livethink_refusing_while_idle",
+            "1 while the server refuses most requests although its engines are idle (/health: degraded)",
+            registry=r,
+        )
         self.ab_errors = Counter(
             "livethink_ab_log_errors", "A/B events that could not be logged", ("kind",), registry=r
         )
@@ -147,5 +172,8 @@ class ServeMetrics:
         recent.append(met)
         self.deadline_hit_rate.labels(arm, model).set(sum(recent) / len(recent))
 
-    def render(self) -> bytes:
+    def render(self, refresh: Callable[[], None] | None = None) -> bytes:
+        """The exposition text; ``refresh`` first updates gauges computed on demand."""
+        if refresh is not None:
+            refresh()
         return generate_latest(self.registry)

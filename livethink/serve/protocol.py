@@ -122,6 +122,9 @@ class Timings(BaseModel):
     first_token_ms: float | None
     first_reply_token_ms: float | None
     e2e_ms: float
+    planned_ms: float | None = Field(
+        description="when the budget planned the reply complete (null: no plan, e.g. a fallback)"
+    )
 
 
 class TokenCounts(BaseModel):
@@ -249,9 +252,11 @@ class ModelList(BaseModel):
 
 
 class Health(BaseModel):
-    """``GET /health``: ``degraded`` when the A/B write path is failing or its spool is full."""
+    """``GET /health``: ``degraded`` (with the ``reason``) when the server refuses most requests while its engines
+    are idle, or when the A/B write path is failing or its spool is full."""
 
     status: Literal["ok", "degraded"]
+    reason: str | None = Field(default=None, description="why the status is degraded")
     models: list[str]
     engines: dict[str, str]
     engine_fallback: str | None = Field(description="why engine.kind auto is not serving on vLLM, else null")

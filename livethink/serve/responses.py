@@ -22,6 +22,7 @@ def timings(r: Result) -> dict[str, Any]:
         "first_token_ms": r.first_token_ms,
         "first_reply_token_ms": r.first_reply_token_ms,
         "e2e_ms": r.e2e_ms,
+        "planned_ms": r.planned_ms,
     }
 
 

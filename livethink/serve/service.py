@@ -30,9 +30,11 @@ from livethink.serve.errors import APIError, bad_request, overloaded
 from livethink.serve.generation import Done, End, Piece, Progress, Result, produce
 from livethink.serve.hooks import ArmChoice, NoExperiment, ResponseRecord, ServeHooks, UnknownArmError
 from livethink.serve.metrics import ServeMetrics, arm_label
+from livethink.serve.probes import PROBE_MESSAGES, IdleProber, ProbeTiming, probe_once
 from livethink.serve.protocol import ChatCompletionRequest, LivestreamReplyRequest
 from livethink.serve.quality import floor_for, required_thinking
 from livethink.serve.reasoning import ThinkSplitter, usable_reply
+from livethink.serve.refusals import RecentRefusals
 
 log = logging.getLogger(__name__)
 AUTO_MODEL = "auto"  # chat requests naming this model get the A/B arm's variant (or the default model)
@@ -89,9 +91,44 @@ class Service:
             config.budget.estimator(),
             config.budget.max_loop_lag_ms / 1000,
             config.budget.ramp_start,
+            reply_quantile=config.budget.reply_quantile,
+            trickle_s=config.budget.trickle_s,
         )
         self.finalize_s = config.budget.finalize_ms / 1000
         self.floors = {m: floor_for(config, m) for m in self.engine_keys}
+        self.refusals = RecentRefusals(config.budget.refusal_window_s)
+        self._last_active = {key: time.monotonic() for key in self.engines}
+        self.prober: IdleProber | None = None
+
+    def idle_seconds(self, engine_key: str) -> float:
+        """How long ``engine_key`` has had nothing running or waiting (0 while busy)."""
+        q = self.controller.queues[engine_key]
+        if q.running or q.waiting:
+            return 0.0
+        return time.monotonic() - self._last_active[engine_key]
+
+    def engines_idle(self) -> bool:
+        return all(self.idle_seconds(k) > 0 for k in self.engines)
+
+    def _model_of(self, engine_key: str) -> str:
+        return next(m for m, k in self.engine_keys.items() if k == engine_key)
+
+    def start_idle_probes(self) -> IdleProber | None:
+        """Build the idle prober (``budget.probe_interval_s``; None: off); the app runs ``prober.run()``."""
+        interval = self.config.budget.probe_interval_s
+        if interval is None:
+            return None
+        engines = {}
+        for key, engine in self.engines.items():
+            model = self._model_of(key)
+            engines[key] = (engine, model, self._tokenize(model, PROBE_MESSAGES, True, "messages"))
+        self.prober = IdleProber(engines, self.idle_seconds, self._observe_probe, interval)
+        return self.prober
+
+    def _observe_probe(self, engine_key: str, timing: ProbeTiming) -> None:
+        """An idle probe's decode time (its TTFT is left out: a probe's prompt is shorter than a viewer's)."""
+        if timing.tpot_s is not None:
+            self.controller.observe(engine_key, load=1, ttft_s=None, tpot_s=timing.tpot_s, service_s=None)
 
     @property
     def models(self) -> list[str]:
@@ -266,7 +303,13 @@ class Service:
             thinking_allowed=job.thinking,
             now=now,
             min_thinking=job.min_thinking,
+            model=self._reply_key(job),
         )
+
+    @staticmethod
+    def _reply_key(job: Job) -> str:
+        """Reply lengths are learnt per endpoint and model (a chat reply is not a livestream one)."""
+        return f"{job.endpoint}:{job.model}"
 
     def below_floor(self, job: Job, plan: TokenBudget) -> bool:
         """The plan's thinking cap is under the model's floor (probes are exempt: they carry the floor)."""
@@ -326,6 +369,7 @@ class Service:
         self.controller.queues[job.engine_key].reserve(job.request_id, job.arrival + job.deadline_ms / 1000)
 
     def _refuse(self, job: Job, reason: str) -> None:
+        self.refusals.record(reason)
         m = self.metrics
         m.rejections.labels(*job.labels, reason).inc()
         m.requests.labels(*job.labels, "rejected").inc()
@@ -347,6 +391,9 @@ class Service:
             ThinkSplitter(phase="reasoning" if job.thinking else "reply", fmt=self.reasoning_format(job.model))
         )
         t_enqueue = time.monotonic()
+        if self.prober is not None:
+            self.prober.cancel(job.engine_key)  # a probe never delays a viewer
+        self._last_active[job.engine_key] = t_enqueue
         m.queued.labels(job.model).inc()
         queue.unreserve(job.request_id)  # our own reservation is not a queue ahead of us
         est = self.controller.estimates(job.engine_key)
@@ -414,6 +461,7 @@ class Service:
                         m.aborts.labels(job.model, "deadline").inc()
             finally:
                 queue.release()
+                self._last_active[job.engine_key] = time.monotonic()
                 m.in_flight.labels(job.model).dec()
         if job.quality_fallback:
             yield self._done(job, self._quality_fallback(job, queue_s))
@@ -538,12 +586,26 @@ class Service:
             cut_at_deadline=cut,
             status="fallback" if fallback else "ok",
             fallback_reason=("deadline" if cut else "no_reply") if fallback else None,
+            planned_ms=ms(budget.expected_end) if budget is not None else None,
         )
 
+    def _observe_reply(self, job: Job, r: Result) -> None:
+        """Teach the controller the reply's length: a reply cut at the deadline or at its reserve counts as the
+        whole reserve (its real length was at least that); no reply at all teaches nothing."""
+        if r.budget is None or (job.thinking and r.first_reply_token_ms is None):
+            return
+        cut = r.cut_at_deadline or r.finish_reason == "length"
+        self.controller.observe_reply(self._reply_key(job), r.budget.reply_reserve if cut else r.reply_tokens)
+
     def _record(self, job: Job, r: Result) -> None:
+        self.refusals.record(None)
+        self._observe_reply(job, r)
         m = self.metrics
         labels = job.labels
         m.requests.labels(*labels, r.status).inc()
+        m.deadline_used.labels(*labels).observe(r.e2e_ms / job.deadline_ms)
+        if r.planned_ms is not None:
+            m.plan_error.labels(*labels).observe((r.e2e_ms - r.planned_ms) / 1000)
         if r.first_token_ms is not None:
             m.ttft.labels(*labels).observe(r.first_token_ms / 1000)
         if r.first_reply_token_ms is not None:
@@ -558,58 +620,34 @@ class Service:
             m.forced_end.labels(*labels).inc()
         if r.fallback:
             m.fallbacks.labels(*labels).inc()
-        est = self.controller.estimates(job.engine_key)
-        m.estimate.labels(job.model, "ttft").set(est.ttft)
-        m.estimate.labels(job.model, "tpot").set(est.tpot)
-        m.estimate.labels(job.model, "wait").set(est.wait)
+        self.export_estimates(job.engine_key)
         if job.viewer_id:
             rec = ResponseRecord(r.e2e_ms, r.first_token_ms, r.completion_tokens, r.deadline_met, "ok")
             self.hooks.on_response(job.viewer_id, job.choice, job.request_id, rec, job.simulated)
 
+    def export_estimates(self, engine_key: str) -> None:
+        """The controller's estimates for a new request on ``engine_key``, as gauges (seconds)."""
+        est = self.controller.estimates(engine_key)
+        model = self._model_of(engine_key)
+        g = self.metrics.estimate
+        g.labels(model, "ttft").set(est.ttft)
+        g.labels(model, "tpot").set(est.tpot_mean or est.tpot)  # the expected per-token time
+        g.labels(model, "tpot_admission").set(est.tpot)  # x safety: what admission plans with
+        g.labels(model, "tpot_tail").set(est.tpot_reply)  # times the end of thinking
+        g.labels(model, "tpot_idle").set(self.controller.estimators[engine_key].predict(1).tpot_mean)
+        g.labels(model, "wait").set(est.wait)
+
     async def warmup(self, rounds: int = 3, tokens: int = 16) -> None:
-        """Seed each engine's estimates with a few short generations; the first (cold start: lazy engine
-        setup, first prefill) is not counted."""
-        messages = [
-            {"role": "system", "content": "You are the shopping assistant of a livestream."},
-            {"role": "user", "content": "Is the hoodie in stock in size M?"},
-        ]
+        """Seed each engine's idle decode estimate with a few short generations; the first (cold start: lazy
+        engine setup, first prefill) is not counted."""
         for key, engine in self.engines.items():
-            model = next(m for m, k in self.engine_keys.items() if k == key)
-            ids = self._tokenize(model, messages, True, "messages")
+            model = self._model_of(key)
+            ids = self._tokenize(model, PROBE_MESSAGES, True, "messages")
             for i in range(rounds):
-                request = GenerationRequest(
-                    f"warmup-{key}-{i}", model, ids, SamplingOptions(ignore_eos=True, seed=i)
-                )
-                t0 = time.monotonic()
-                t_first = t_last = None
-                n = 0
-                async for delta in engine.generate(request, TokenBudget(tokens // 2, tokens - tokens // 2)):
-                    if delta.tokens:
-                        n += delta.tokens
-                        t_last = time.monotonic()
-                        t_first = t_first or t_last
+                timing = await probe_once(engine, model, ids, tokens, f"warmup-{key}-{i}")
                 if i > 0:
-                    self._observe(
-                        Job(
-                            request.request_id,
-                            "warmup",
-                            model,
-                            key,
-                            ArmChoice(),
-                            None,
-                            ids,
-                            True,
-                            request.sampling,
-                            1000,
-                            t0,
-                        ),
-                        t0,
-                        t_first,
-                        t_last,
-                        n,
-                        1,
-                        1,
-                    )
+                    self._observe_probe(key, timing)
+            self.export_estimates(key)
 
     def engine_stats(self) -> dict[str, Any]:
         out = {}
