@@ -32,6 +32,7 @@ from livethink.serve.controller import (
     queue_wait,
     tail_factor,
 )
+from livethink.serve.errors import overloaded, validation_error
 from livethink.serve.estimates import (
     CurveSettings,
     Decayed,
@@ -42,7 +43,6 @@ from livethink.serve.estimates import (
     load_level,
     quantile,
 )
-from livethink.serve.errors import overloaded, validation_error
 from livethink.serve.reasoning import ThinkSplitter, usable_reply
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -155,7 +155,7 @@ def _post(http: httpx.Client, i: int, out: list, lock: threading.Lock) -> None:
 @pytest.mark.timeout(420)
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm not installed")
 def test_after_a_burst_the_two_arm_deployment_answers_again(tmp_path: Path):
-    """The lock-out: two arms (two vLLM engines) with a thinking floor of 128 tokens at 2,500 ms, which fits on
+    """The lock-out: two arms (two vLLM engines) with a thinking floor of 192 tokens at 2,500 ms (the calibrated floor of the demo students), which fits on
     an idle engine but not under load. A 15 s burst at 8 requests/s (several times what two engines of a student
     that never stops thinking sustain), then one request at a time from 5 s after the burst: all answered."""
     second = tmp_path / "student-b"
@@ -163,8 +163,8 @@ def test_after_a_burst_the_two_arm_deployment_answers_again(tmp_path: Path):
     exp = tmp_path / "exp.yaml"
     exp.write_text(EXPERIMENT)
     config = {
-        "models": {"rft": {"path": str(tiny_student_dir()), "min_thinking_tokens": 128},
-                   "drpo": {"path": str(second), "min_thinking_tokens": 128}},
+        "models": {"rft": {"path": str(tiny_student_dir()), "min_thinking_tokens": 192},
+                   "drpo": {"path": str(second), "min_thinking_tokens": 192}},
         "default_model": "rft",
         "engine": {"kind": "vllm", "max_model_len": 1024, "kv_cache_gib": 1, "max_concurrency": 24},
         "endpoints": {"livestream": {"below_min_thinking": "shed"}},

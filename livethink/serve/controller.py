@@ -285,12 +285,16 @@ class BudgetController:
         return min(q.capacity, q.running + q.waiting + 1)
 
     def estimates(
-        self, engine: str, queue: QueueState | None = None, default_service_s: float = 1.0
+        self,
+        engine: str,
+        queue: QueueState | None = None,
+        default_service_s: float = 1.0,
+        now: float | None = None,
     ) -> Estimates:
-        """Estimates for a request that arrives now at ``engine`` (it will run with the current load + 1)."""
+        """Estimates for a request that arrives at ``now`` at ``engine`` (it runs with the current load + 1)."""
         q = queue or self.queue_state(engine)
         est = self.estimators[engine]
-        p = est.predict(self.load(q))
+        p = est.predict(self.load(q), now)
         wait = queue_wait(q.waiting, q.running, q.capacity, est.service_time(default_service_s))
         # a lagging event loop delays everything: it counts as wait
         return Estimates(
@@ -349,7 +353,8 @@ class BudgetController:
         if self.loop_lag.value > self.max_loop_lag_s:  # the front end (this process) is saturated
             return Reject(max(self.policy.min_retry_after_s, self.loop_lag.value), "frontend_saturated")
         q = queue or self.queue_state(engine)
-        est = self.estimates(engine, q, default_service_s=remaining_s)
+        t = time.monotonic() if now is None else now
+        est = self.estimates(engine, q, default_service_s=remaining_s, now=t)
         typical, tail = self.reply_lengths(model)
         plan = plan_budget(
             remaining_s,
@@ -364,7 +369,6 @@ class BudgetController:
             reply_tail=tail,
         )
         short = isinstance(plan, TokenBudget) and plan.thinking_cap < min_thinking
-        t = time.monotonic() if now is None else now
         if (isinstance(plan, Reject) or short) and remaining_s > 0 and self._may_probe(engine, q, t):
             # Stale or unlearnt estimates may refuse wrongly, and only an admitted request refreshes them. The
             # probe gets the model's thinking floor, ended in time for the minimal reply; the hard deadline
@@ -398,7 +402,7 @@ class BudgetController:
         now = time.monotonic()
         for name, q in self.queues.items():
             state = self.queue_state(name)
-            est = self.estimates(name, state)
+            est = self.estimates(name, state, now=now)
             idle = self.estimators[name].predict(1, now)
             out[name] = {
                 "running": q.running,
