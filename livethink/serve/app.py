@@ -57,6 +57,7 @@ from livethink.serve.protocol import (
     ChatCompletionRequest,
     ExperimentSummary,
     Health,
+    Liveness,
     LivestreamReplyRequest,
     LivestreamReplyResponse,
     ModelList,
@@ -66,10 +67,12 @@ from livethink.serve.protocol import (
 )
 from livethink.serve.responses import chat_body, livestream_body, sse_chunks
 from livethink.serve.service import AUTO_MODEL, Job, Result, Service
+from livethink.serve.supervisor import Supervision
 
 log = logging.getLogger(__name__)
 SIMULATED_HEADER = "X-Livethink-Simulated"  # = livethink.ab_test.hooks.SIMULATED_HEADER (checked by a test)
 DISCONNECT_POLL_S = 0.05
+ENGINE_GAVE_UP_EXIT = 4  # the process's exit code once an engine's restart budget is spent
 
 
 class ClientGone(Exception):
@@ -238,6 +241,15 @@ def _account_at_last_byte(svc: Service, job: Job, clock: Clock) -> None:
     clock.on_sent(lambda t: svc.finish(job, t))
 
 
+def _give_up(app: FastAPI, key: str, reason: str) -> None:
+    """An engine's restart budget is spent: stop serving and exit non-zero, so that the process's own supervisor
+    (systemd, Kubernetes, ``livethink.replicas``) restarts it."""
+    log.error("engine %s: %s; the server exits with code %d", key, reason, ENGINE_GAVE_UP_EXIT)
+    app.state.exit_code = ENGINE_GAVE_UP_EXIT
+    if app.state.request_exit is not None:
+        app.state.request_exit()
+
+
 def create_app(
     config: ServeConfig, engine_set: EngineSet | None = None, hooks: ServeHooks | None = None
 ) -> FastAPI:
@@ -247,6 +259,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         metrics = ServeMetrics()
         es = engine_set
+        t_start = time.monotonic()
         if es is None:
             try:
                 es = await start_engines(config)
@@ -271,7 +284,12 @@ def create_app(
             )
         if h is not None and hasattr(h, "health"):
             metrics.registry.register(SpoolCollector(h))
-        svc = Service(config, es.engines, es.engine_keys, es.capacities, h or NoExperiment(), metrics)
+        supervision = Supervision(
+            es.engines, config.engine.supervision(), metrics, enabled=config.engine.supervise,
+            start_s=time.monotonic() - t_start, on_give_up=functools.partial(_give_up, app),
+            on_started=lambda: deprioritize_children(config.engine.nice),
+        )  # fmt: skip
+        svc = Service(config, supervision.engines, es.engine_keys, es.capacities, h or NoExperiment(), metrics)
         deprioritize_children(config.engine.nice)
         if config.engine.warmup:
             await svc.warmup()
@@ -280,10 +298,13 @@ def create_app(
         app.state.engine_fallback = es.fallback_reason
         app.state.started = int(time.time())
         lag_task = asyncio.create_task(svc.controller.loop_lag.run())
+        app.state.supervision = supervision
+        supervision.start()
         try:
             yield
         finally:
             lag_task.cancel()
+            await supervision.stop()
             for engine in es.engines.values():
                 try:
                     await engine.stop()
@@ -301,6 +322,8 @@ def create_app(
     )
     app.state.config = config
     app.state.exit_on_engine_error = False
+    app.state.exit_code = 0  # ENGINE_GAVE_UP_EXIT once an engine is given up
+    app.state.request_exit = None  # set by the CLI: stops the server (then it exits with app.state.exit_code)
     app.state.auth_keys = config.auth.keys()
 
     def loop_lag() -> float:
@@ -320,9 +343,13 @@ def create_app(
     def simulated(request: Request) -> bool:
         return request.headers.get(SIMULATED_HEADER) == "1"
 
-    @app.get("/health", dependencies=[require_key], tags=["server"], responses={200: {"model": Health}, **errors()})
+    @app.get(
+        "/health", dependencies=[require_key], tags=["server"], responses={200: {"model": Health}, **errors(503)}
+    )
     async def health(request: Request) -> dict[str, Any]:
+        """Readiness (what a load balancer checks): 503 while an engine is stalled, dead or restarting."""
         svc = service(request)
+        request.app.state.supervision.check_ready()
         out = {
             "status": "ok",
             "models": svc.models,
@@ -331,12 +358,21 @@ def create_app(
             "engine_fallback": request.app.state.engine_fallback,
             "reasoning": {m: svc.reasoning_format(m).to_dict() for m in svc.models},
             "min_thinking_tokens": {m: f.tokens for m, f in svc.floors.items()},
+            "engine_state": request.app.state.supervision.report(),
         }
         ab = svc.hooks.health() if hasattr(svc.hooks, "health") else None
         if ab is not None:  # the A/B write path: a failing store or a full spool degrades, never fails, health
             out["ab"] = ab
             out["status"] = "degraded" if ab.get("degraded") or (ab.get("spool") or {}).get("full") else "ok"
         return out
+
+    @app.get(
+        "/health/live", dependencies=[require_key], tags=["server"], responses={200: {"model": Liveness}, **errors()}
+    )
+    async def health_live(request: Request) -> dict[str, Any]:
+        """Liveness: the process is up and its event loop answers (200 whatever the engines' state)."""
+        supervision = getattr(request.app.state, "supervision", None)
+        return {"status": "alive", "engine_state": supervision.report() if supervision is not None else None}
 
     @app.get("/version", dependencies=[require_key], tags=["server"], responses={200: {"model": VersionInfo}, **errors()})
     async def version() -> dict[str, str]:
@@ -381,7 +417,7 @@ def create_app(
         "/v1/livestream/reply",
         dependencies=[require_key],
         tags=["livestream"],
-        responses={200: {"model": LivestreamReplyResponse}, **errors(400, 404, 413, 429)},
+        responses={200: {"model": LivestreamReplyResponse}, **errors(400, 404, 413, 429, 503)},
         openapi_extra=request_body(LivestreamReplyRequest, "a viewer's question about the products on stream"),
     )
     @_guard
@@ -416,7 +452,7 @@ def create_app(
                     )
                 },
             },
-            **errors(400, 404, 413, 429),
+            **errors(400, 404, 413, 429, 503),
         },
         openapi_extra=request_body(ChatCompletionRequest, "OpenAI chat completion request (+ extensions)"),
     )

@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -149,3 +150,18 @@ class ServeMetrics:
 
     def render(self) -> bytes:
         return generate_latest(self.registry)
+
+    # engine supervision (livethink.serve.supervisor); created on first use, by the supervisors at start
+    @functools.cached_property
+    def engine_up(self) -> Gauge:
+        return Gauge(
+            "livethink_engine_up", "1 while the engine serves (ok or stalled), else 0", ("engine",),
+            registry=self.registry,
+        )
+
+    @functools.cached_property
+    def engine_restarts(self) -> Counter:
+        return Counter(
+            "livethink_engine_restarts", "Engine restart attempts, by why it went down (died, stalled, start_failed)",
+            ("engine", "reason"), registry=self.registry,
+        )

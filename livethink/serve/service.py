@@ -407,6 +407,7 @@ class Service:
                             queue.running,
                         )
                     if isinstance(item.status, BaseException):
+                        self._failed(job)
                         raise item.status
                     cut = item.status == "deadline"
                     if cut:
@@ -624,3 +625,11 @@ class Service:
                 **s.extra,
             }
         return out
+
+    def _failed(self, job: Job) -> None:
+        """The engine failed the request (e.g. it died under it: a 503): count it and record the error for the
+        viewer's arm, so the A/B record keeps every exposed request."""
+        self.metrics.requests.labels(*job.labels, "error").inc()
+        if job.viewer_id:
+            rec = ResponseRecord((time.monotonic() - job.arrival) * 1000, None, 0, False, "error")
+            self.hooks.on_response(job.viewer_id, job.choice, job.request_id, rec, job.simulated)
