@@ -207,7 +207,8 @@ class SupervisedEngine:
         agen = self.inner.generate(request, budget)
         try:
             async for delta in agen:
-                self.last_output, self.unanswered_since = time.monotonic(), None
+                if not delta.forced_end_of_thinking:  # a forced end may be the engine wrapper's own text
+                    self.last_output, self.unanswered_since = time.monotonic(), None
                 yield delta
         except Exception as exc:
             if not (_is_dead_error(exc) or not self.inner.alive()):
