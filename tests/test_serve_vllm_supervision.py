@@ -173,3 +173,27 @@ def test_sigstop_of_the_engine_core_keeps_the_deadline_and_health_reports_the_st
     assert stalled and stalled[0][0] - t_stop <= 2.0 + 1.5, stalled[:1]
     assert all(d["engines"]["rft"]["state"] == "stalled" for _, d in stalled)
     assert health.seen[-1][1] == 200 and engine_core(server).pid == core.pid  # resumed, not restarted
+
+
+@pytest.mark.timeout(180)
+def test_a_spent_restart_budget_exits_the_server_with_code_4(tmp_path):
+    config = {
+        "models": {"rft": {"path": str(tiny_student_dir())}},
+        "default_model": "rft",
+        "engine": {"kind": "vllm", "max_model_len": 1024, "kv_cache_gib": 1, "warmup": False, "restart_max": 0},
+        "auth": {"api_key_env": None, "admin_key_env": None},
+        "server": {"log_level": "warning"},
+    }
+    srv = CLIServer(config, tmp_path)
+    try:
+        core = engine_core(srv)
+        t_kill = time.monotonic()
+        os.kill(core.pid, signal.SIGKILL)
+        code = srv.proc.wait(60)
+        exited = time.monotonic() - t_kill
+    finally:
+        srv.close()
+    log = srv.log_path.read_text()
+    print(f"exit code {code} {exited:.1f} s after the kill")
+    assert code == 4, log[-2000:]
+    assert "engine.restart_max (0)" in log and "the server exits with code 4" in log
