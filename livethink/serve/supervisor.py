@@ -157,6 +157,8 @@ class SupervisedEngine:
         return self.inner.reasoning_format
 
     def __getattr__(self, name: str) -> Any:  # engine-specific attributes (e.g. vLLM's ``forcing``)
+        if name == "inner":  # not set yet (e.g. during copy): no recursion
+            raise AttributeError(name)
         return getattr(self.inner, name)
 
     async def start(self) -> None:
