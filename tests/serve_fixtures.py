@@ -22,7 +22,7 @@ from livethink.data.reasoning_format import THINK
 from livethink.serve.budget import TokenBudget
 from livethink.serve.config import ServeConfig, parse_config
 from livethink.serve.engines import EngineSet
-from livethink.serve.engines.base import FORCED_THINK_END, Delta, EngineStats, GenerationRequest
+from livethink.serve.engines.base import FORCED_THINK_END, Delta, EngineDead, EngineStats, GenerationRequest
 from livethink.server_process import ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -137,6 +137,10 @@ class SlowEngine:
     reply ``reply`` word by word (up to the reply reserve). ``ttft_s`` / ``token_s`` set the pace;
     ``fail_after`` raises after that many tokens; ``ignore_budget`` ignores caps and deadlines (a runaway
     engine the server must cut). Records aborts, cancellations and what is running.
+
+    Supervision faults: ``die()`` kills it (requests in flight raise ``EngineDead``, ``alive()`` turns False until
+    a restart), ``wedge()`` / ``unwedge()`` stop and resume its output (a SIGSTOPped engine); ``fail_starts``
+    makes that many (re)starts fail; ``start_s`` is how long a start takes.
     """
 
     kind = "fake"
@@ -166,12 +170,53 @@ class SlowEngine:
         self.started = 0
         self.budgets: list[TokenBudget] = []
         self.requests: list[GenerationRequest] = []
+        self.up = True  # usable without start() (tests that drive a Service directly)
+        self.starts = 0
+        self.fail_starts = 0
+        self.start_s = 0.0
+        self._died = asyncio.Event()
+        self._running = asyncio.Event()  # cleared: wedged
+        self._running.set()
 
     async def start(self) -> None:
-        return None
+        self.starts += 1
+        await asyncio.sleep(self.start_s)
+        if self.fail_starts > 0:
+            self.fail_starts -= 1
+            raise RuntimeError("injected start failure")
+        self._died = asyncio.Event()
+        self._running.set()
+        self.up = True
 
     async def stop(self) -> None:
-        return None
+        self.up = False
+
+    def alive(self) -> bool:
+        return self.up
+
+    def die(self) -> None:
+        self.up = False
+        self._died.set()
+
+    def wedge(self) -> None:
+        self._running.clear()
+
+    def unwedge(self) -> None:
+        self._running.set()
+
+    async def _tick(self, seconds: float) -> None:
+        """Sleep, then wait while wedged; raise ``EngineDead`` if the engine dies meanwhile."""
+        await asyncio.sleep(seconds)
+        if not self._running.is_set() or self._died.is_set():
+            died = asyncio.ensure_future(self._died.wait())
+            running = asyncio.ensure_future(self._running.wait())
+            try:
+                await asyncio.wait({died, running}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                died.cancel()
+                running.cancel()
+        if self._died.is_set() or not self.up:
+            raise EngineDead("injected engine death")
 
     def tokenizer_for(self, model: str) -> Any:
         return self.tokenizer
@@ -184,7 +229,7 @@ class SlowEngine:
         self.requests.append(request)
         produced = 0
         try:
-            await asyncio.sleep(self.ttft_s)
+            await self._tick(self.ttft_s)
             thinking = request.thinking
             count = 0
             while thinking:
@@ -199,14 +244,14 @@ class SlowEngine:
                 self._maybe_fail(produced)
                 yield Delta(f"step{count} ", 1)
                 count += 1
-                await asyncio.sleep(self.token_s)
+                await self._tick(self.token_s)
             for i, word in enumerate(self.reply.split(" ")):
                 if i >= budget.reply_reserve and not self.ignore_budget:
                     break
                 produced += 1
                 self._maybe_fail(produced)
                 yield Delta(word if i == 0 else " " + word, 1)
-                await asyncio.sleep(self.token_s)
+                await self._tick(self.token_s)
             yield Delta("", 0, finish_reason="stop", thinking_tokens=count)
         except asyncio.CancelledError:
             self.cancelled.append(rid)

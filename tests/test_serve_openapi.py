@@ -32,12 +32,13 @@ COMMITTED = ROOT / "docs/openapi.json"
 CHAT_BODY = {"model": "rft", "messages": [{"role": "user", "content": "How much?"}]}
 # The error statuses each route can answer (401 and 500: every route; 403: admin routes).
 STATUSES = {
-    ("get", "/health"): {401, 500},
+    ("get", "/health"): {401, 500, 503},
+    ("get", "/health/live"): {401, 500},
     ("get", "/version"): {401, 500},
     ("get", "/v1/models"): {401, 500},
     ("get", "/metrics"): {401, 500},
-    ("post", "/v1/livestream/reply"): {400, 401, 404, 413, 429, 500},
-    ("post", "/v1/chat/completions"): {400, 401, 404, 413, 429, 500},
+    ("post", "/v1/livestream/reply"): {400, 401, 404, 413, 429, 500, 503},
+    ("post", "/v1/chat/completions"): {400, 401, 404, 413, 429, 500, 503},
     ("post", "/v1/ab/outcomes"): {400, 401, 404, 409, 413, 500, 503},
     ("get", "/v1/ab/experiments/{name}"): {401, 403, 404, 500},
     ("get", "/v1/admin/status"): {401, 403, 500},

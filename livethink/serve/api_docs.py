@@ -42,7 +42,9 @@ _ERRORS: dict[int, tuple[str, dict[str, Any]]] = {
         "X-Retry-After-Ms": {"description": "the same wait in milliseconds", "schema": {"type": "integer"}},
     }),
     500: ("an unexpected server error (logged server-side; no stack trace)", {}),
-    503: ("the event cannot be recorded now (the store is down and the spool is full)", _RETRY_AFTER),
+    503: ("unavailable now: the engine is down, restarting or stalled (`engine_unavailable`), or an A/B event "
+          "cannot be recorded (the store is down and the spool is full); retry after `Retry-After` seconds",
+          _RETRY_AFTER),
 }
 
 

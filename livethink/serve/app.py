@@ -57,6 +57,7 @@ from livethink.serve.protocol import (
     ChatCompletionRequest,
     ExperimentSummary,
     Health,
+    Liveness,
     LivestreamReplyRequest,
     LivestreamReplyResponse,
     ModelList,
@@ -67,10 +68,12 @@ from livethink.serve.protocol import (
 from livethink.serve.refusals import refusing_while_idle
 from livethink.serve.responses import chat_body, livestream_body, sse_chunks
 from livethink.serve.service import AUTO_MODEL, Job, Result, Service
+from livethink.serve.supervisor import Supervision
 
 log = logging.getLogger(__name__)
 SIMULATED_HEADER = "X-Livethink-Simulated"  # = livethink.ab_test.hooks.SIMULATED_HEADER (checked by a test)
 DISCONNECT_POLL_S = 0.05
+ENGINE_GAVE_UP_EXIT = 4  # the process's exit code once an engine's restart budget is spent
 
 
 class ClientGone(Exception):
@@ -239,6 +242,15 @@ def _account_at_last_byte(svc: Service, job: Job, clock: Clock) -> None:
     clock.on_sent(lambda t: svc.finish(job, t))
 
 
+def _give_up(app: FastAPI, key: str, reason: str) -> None:
+    """An engine's restart budget is spent: stop serving and exit non-zero, so that the process's own supervisor
+    (systemd, Kubernetes, ``livethink.replicas``) restarts it."""
+    log.error("engine %s: %s; the server exits with code %d", key, reason, ENGINE_GAVE_UP_EXIT)
+    app.state.exit_code = ENGINE_GAVE_UP_EXIT
+    if app.state.request_exit is not None:
+        app.state.request_exit()
+
+
 def create_app(
     config: ServeConfig, engine_set: EngineSet | None = None, hooks: ServeHooks | None = None
 ) -> FastAPI:
@@ -248,6 +260,7 @@ def create_app(
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         metrics = ServeMetrics()
         es = engine_set
+        t_start = time.monotonic()
         if es is None:
             try:
                 es = await start_engines(config)
@@ -272,7 +285,12 @@ def create_app(
             )
         if h is not None and hasattr(h, "health"):
             metrics.registry.register(SpoolCollector(h))
-        svc = Service(config, es.engines, es.engine_keys, es.capacities, h or NoExperiment(), metrics)
+        supervision = Supervision(
+            es.engines, config.engine.supervision(), metrics, enabled=config.engine.supervise,
+            start_s=time.monotonic() - t_start, on_give_up=functools.partial(_give_up, app),
+            on_started=lambda: deprioritize_children(config.engine.nice),
+        )  # fmt: skip
+        svc = Service(config, supervision.engines, es.engine_keys, es.capacities, h or NoExperiment(), metrics)
         deprioritize_children(config.engine.nice)
         if config.engine.warmup:
             await svc.warmup()
@@ -284,11 +302,14 @@ def create_app(
         prober = svc.start_idle_probes()
         if prober is not None:
             background.append(asyncio.create_task(prober.run()))
+        app.state.supervision = supervision
+        supervision.start()
         try:
             yield
         finally:
             for task in background:
                 task.cancel()
+            await supervision.stop()
             for engine in es.engines.values():
                 try:
                     await engine.stop()
@@ -306,6 +327,8 @@ def create_app(
     )
     app.state.config = config
     app.state.exit_on_engine_error = False
+    app.state.exit_code = 0  # ENGINE_GAVE_UP_EXIT once an engine is given up
+    app.state.request_exit = None  # set by the CLI: stops the server (then it exits with app.state.exit_code)
     app.state.auth_keys = config.auth.keys()
 
     def loop_lag() -> float:
@@ -340,9 +363,13 @@ def create_app(
             f"{share.top_reason}) in {b.refusal_window_s:.0f} s while the engines are idle"
         )
 
-    @app.get("/health", dependencies=[require_key], tags=["server"], responses={200: {"model": Health}, **errors()})
+    @app.get(
+        "/health", dependencies=[require_key], tags=["server"], responses={200: {"model": Health}, **errors(503)}
+    )
     async def health(request: Request) -> dict[str, Any]:
+        """Readiness (what a load balancer checks): 503 while an engine is stalled, dead or restarting."""
         svc = service(request)
+        request.app.state.supervision.check_ready()
         refusing = refresh_refusals(svc)
         out = {
             "status": "ok",
@@ -352,6 +379,7 @@ def create_app(
             "engine_fallback": request.app.state.engine_fallback,
             "reasoning": {m: svc.reasoning_format(m).to_dict() for m in svc.models},
             "min_thinking_tokens": {m: f.tokens for m, f in svc.floors.items()},
+            "engine_state": request.app.state.supervision.report(),
         }
         reasons = [refusing] if refusing else []
         ab = svc.hooks.health() if hasattr(svc.hooks, "health") else None
@@ -362,6 +390,14 @@ def create_app(
         if reasons:
             out["status"], out["reason"] = "degraded", "; ".join(reasons)
         return out
+
+    @app.get(
+        "/health/live", dependencies=[require_key], tags=["server"], responses={200: {"model": Liveness}, **errors()}
+    )
+    async def health_live(request: Request) -> dict[str, Any]:
+        """Liveness: the process is up and its event loop answers (200 whatever the engines' state)."""
+        supervision = getattr(request.app.state, "supervision", None)
+        return {"status": "alive", "engine_state": supervision.report() if supervision is not None else None}
 
     @app.get("/version", dependencies=[require_key], tags=["server"], responses={200: {"model": VersionInfo}, **errors()})
     async def version() -> dict[str, str]:
@@ -407,7 +443,7 @@ def create_app(
         "/v1/livestream/reply",
         dependencies=[require_key],
         tags=["livestream"],
-        responses={200: {"model": LivestreamReplyResponse}, **errors(400, 404, 413, 429)},
+        responses={200: {"model": LivestreamReplyResponse}, **errors(400, 404, 413, 429, 503)},
         openapi_extra=request_body(LivestreamReplyRequest, "a viewer's question about the products on stream"),
     )
     @_guard
@@ -442,7 +478,7 @@ def create_app(
                     )
                 },
             },
-            **errors(400, 404, 413, 429),
+            **errors(400, 404, 413, 429, 503),
         },
         openapi_extra=request_body(ChatCompletionRequest, "OpenAI chat completion request (+ extensions)"),
     )

@@ -5,7 +5,8 @@
 URL) without loading weights or needing a GPU, prints a JSON report (with each model's thinking floor:
 configured, calibrated or none) and exits 0 (ok) or 1 (problems).
 ``--openapi docs/openapi.json`` writes the server's OpenAPI document (no config needed; ``-`` for stdout).
-vLLM spawns its engine process, so this module is the ``__main__`` of the server process.
+vLLM spawns its engine process, so this module is the ``__main__`` of the server process. Exit codes: 0 stopped,
+2 invalid config, 3 the engine failed to start, 4 an engine died more often than ``engine.restart_max`` allows.
 """
 
 from __future__ import annotations
@@ -98,16 +99,23 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     app = create_app(config)
     app.state.exit_on_engine_error = True
-    uvicorn.run(
-        app,
-        host=config.server.host,
-        port=config.server.port,
-        log_level=level,
-        access_log=False,
-        timeout_graceful_shutdown=5,
-        http=uvicorn_http(),  # stamps each request at its first byte (the deadline counts from there)
+    server = uvicorn.Server(
+        uvicorn.Config(
+            app,
+            host=config.server.host,
+            port=config.server.port,
+            log_level=level,
+            access_log=False,
+            timeout_graceful_shutdown=5,
+            http=uvicorn_http(),  # stamps each request at its first byte (the deadline counts from there)
+        )
     )
-    return 0
+    # an engine whose restart budget is spent stops the server; the exit code (4) tells its supervisor
+    app.state.request_exit = lambda: setattr(server, "should_exit", True)
+    server.run()
+    if not server.started:
+        return 3
+    return app.state.exit_code
 
 
 if __name__ == "__main__":

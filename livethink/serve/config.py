@@ -79,6 +79,39 @@ class EngineConfig(_Strict):
     warmup: bool = True  # a few short generations at start seed the latency estimates
     nice: int = Field(default=10, ge=0, le=39)  # engine processes run this much nicer than the front end
     calculator: bool = False  # digits after a written-out sum's "=" come from a calculator (livethink.calculator)
+    # supervision (livethink.serve.supervisor): a dead or wedged engine is restarted, its requests get 503
+    supervise: bool = True
+    health_poll_s: float = Field(default=0.5, gt=0, le=10)  # liveness poll of each engine
+    restart_max: int = Field(default=3, ge=0)  # restarts within restart_window_s; one more: the process exits 4
+    restart_window_s: float = Field(default=600.0, gt=0)
+    restart_backoff_s: float = Field(default=1.0, ge=0)  # wait before restart n of the window: backoff * 2**(n-1)
+    restart_backoff_max_s: float = Field(default=30.0, ge=0)
+    restart_timeout_s: float = Field(default=300.0, gt=0)  # a restart that takes longer failed
+    stall_s: float = Field(default=5.0, gt=0)  # a request waited this long for any output: stalled (health 503)
+    stall_kill_s: float = Field(default=30.0, gt=0)  # stalled this long: killed and restarted as dead
+    probe_interval_s: float | None = Field(default=10.0, gt=0)  # an idle engine is probed this often (24 tokens:
+    # its decode time for the budget controller, and its liveness); None: never
+
+    @model_validator(mode="after")
+    def _stall_order(self) -> EngineConfig:
+        if self.stall_kill_s <= self.stall_s:
+            raise ValueError(f"stall_kill_s ({self.stall_kill_s}) must be larger than stall_s ({self.stall_s})")
+        return self
+
+    def supervision(self) -> Any:
+        """The supervisor's policy (``livethink.serve.supervisor.Policy``)."""
+        from livethink.serve.supervisor import Policy
+
+        return Policy(
+            poll_s=self.health_poll_s,
+            restart_max=self.restart_max,
+            restart_window_s=self.restart_window_s,
+            backoff_s=self.restart_backoff_s,
+            backoff_max_s=self.restart_backoff_max_s,
+            stall_s=self.stall_s,
+            stall_kill_s=self.stall_kill_s,
+            start_timeout_s=self.restart_timeout_s,
+        )
 
 
 class BudgetConfig(_Strict):
@@ -102,7 +135,6 @@ class BudgetConfig(_Strict):
         default=100.0, gt=0
     )  # event-loop lag above this: the front end is saturated, 429
     estimate_half_life_s: float = Field(default=30.0, gt=0)  # a latency measurement counts half after this long
-    probe_interval_s: float | None = Field(default=10.0, gt=0)  # idle engines are probed this often; None: never
     trickle_s: float = Field(default=2.0, ge=0)  # stale estimates: one probe request per engine this often
     reply_quantile: float = Field(default=0.9, gt=0, le=1)  # the reply-length tail that times the end of thinking
     refusal_window_s: float = Field(default=60.0, gt=0)  # /health: refusals counted over this window ...
@@ -164,7 +196,7 @@ class AuthConfig(_Strict):
     api_key_env: str | None = "LIVETHINK_API_KEY"  # comma-separated tokens in this variable
     admin_keys: tuple[str, ...] = ()
     admin_key_env: str | None = "LIVETHINK_ADMIN_KEY"
-    public_paths: tuple[str, ...] = ("/health",)
+    public_paths: tuple[str, ...] = ("/health", "/health/live")
 
     def keys(self) -> tuple[frozenset[str], frozenset[str]]:
         def collect(keys: tuple[str, ...], env: str | None) -> frozenset[str]:

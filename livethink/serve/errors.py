@@ -96,3 +96,17 @@ def validation_error(errors: list[dict[str, Any]]) -> APIError:
 
 def sse_error(err: APIError) -> str:
     return f"data: {json.dumps(err.body())}\n\n"
+
+
+def engine_unavailable(message: str, retry_after_s: float, extra: dict[str, Any] | None = None) -> APIError:
+    """503 + ``Retry-After``: the engine that serves the request is down, restarting or stalled."""
+    seconds = max(1, int(-(-retry_after_s // 1)))
+    return APIError(
+        503,
+        message,
+        "unavailable_error",
+        None,
+        "engine_unavailable",
+        {"Retry-After": str(seconds)},
+        {"retry_after_ms": int(retry_after_s * 1000), **(extra or {})},
+    )

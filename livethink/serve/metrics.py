@@ -158,6 +158,15 @@ class ServeMetrics:
             "1 while the server refuses most requests although its engines are idle (/health: degraded)",
             registry=r,
         )
+        self.engine_up = Gauge(
+            "livethink_engine_up", "1 while the engine serves (ok or stalled), else 0", ("engine",), registry=r
+        )
+        self.engine_restarts = Counter(
+            "livethink_engine_restarts",
+            "Engine restart attempts, by why it went down (died, stalled, start_failed)",
+            ("engine", "reason"),
+            registry=r,
+        )
         self.ab_errors = Counter(
             "livethink_ab_log_errors", "A/B events that could not be logged", ("kind",), registry=r
         )

@@ -251,6 +251,16 @@ class ModelList(BaseModel):
     data: list[ModelCard]
 
 
+class EngineState(BaseModel):
+    """An engine's supervision state: ``ok``, ``stalled`` (no output for ``engine.stall_s``), ``dead``,
+    ``restarting`` or ``failed`` (restart budget spent: the process exits)."""
+
+    state: Literal["ok", "stalled", "dead", "restarting", "failed"]
+    reason: str | None
+    for_s: float = Field(description="seconds in this state")
+    restarts: int = Field(description="restart attempts within engine.restart_window_s")
+
+
 class Health(BaseModel):
     """``GET /health``: ``degraded`` (with the ``reason``) when the server refuses most requests while its engines
     are idle, or when the A/B write path is failing or its spool is full."""
@@ -263,6 +273,16 @@ class Health(BaseModel):
     reasoning: dict[str, dict[str, Any]]
     min_thinking_tokens: dict[str, int]
     ab: dict[str, Any] | None = Field(default=None, description="the A/B write path, when an experiment runs")
+    engine_state: dict[str, EngineState] | None = Field(
+        default=None, description="each engine's supervision state (null when engine.supervise is off)"
+    )
+
+
+class Liveness(BaseModel):
+    """``GET /health/live``: the process is up (200 whatever the engines' state; readiness is ``/health``)."""
+
+    status: Literal["alive"]
+    engine_state: dict[str, EngineState] | None = None
 
 
 class VersionInfo(BaseModel):
@@ -309,7 +329,7 @@ class ErrorResponse(BaseModel):
     retry_after_ms: int | None = Field(default=None, description="429 only: the Retry-After header in ms")
     experiment: str | None = Field(default=None, description="429 only: the viewer's A/B experiment")
     arm: str | None = Field(default=None, description="429 only: the viewer's A/B arm")
-    reason: str | None = Field(default=None, description="429 only: why the request was refused")
+    reason: str | None = Field(default=None, description="429 and 503: why the request was refused")
 
 
 def model_card(name: str, created: int, owned_by: str = "livethink", **extra: Any) -> dict[str, Any]:

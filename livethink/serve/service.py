@@ -114,8 +114,8 @@ class Service:
         return next(m for m, k in self.engine_keys.items() if k == engine_key)
 
     def start_idle_probes(self) -> IdleProber | None:
-        """Build the idle prober (``budget.probe_interval_s``; None: off); the app runs ``prober.run()``."""
-        interval = self.config.budget.probe_interval_s
+        """Build the idle prober (``engine.probe_interval_s``; None: off); the app runs ``prober.run()``."""
+        interval = self.config.engine.probe_interval_s
         if interval is None:
             return None
         engines = {}
@@ -454,6 +454,7 @@ class Service:
                             queue.running,
                         )
                     if isinstance(item.status, BaseException):
+                        self._failed(job)
                         raise item.status
                     cut = item.status == "deadline"
                     if cut:
@@ -662,3 +663,11 @@ class Service:
                 **s.extra,
             }
         return out
+
+    def _failed(self, job: Job) -> None:
+        """The engine failed the request (e.g. it died under it: a 503): count it and record the error for the
+        viewer's arm, so the A/B record keeps every exposed request."""
+        self.metrics.requests.labels(*job.labels, "error").inc()
+        if job.viewer_id:
+            rec = ResponseRecord((time.monotonic() - job.arrival) * 1000, None, 0, False, "error")
+            self.hooks.on_response(job.viewer_id, job.choice, job.request_id, rec, job.simulated)

@@ -6,7 +6,8 @@ inside the model's reasoning (``engine.reasoning_format``, e.g. ``<think>``) and
 ``budget.thinking_cap`` reasoning tokens, or at ``budget.thinking_deadline``, it forces the end of thinking
 (``ReasoningFormat.forced_end``, e.g. ``\\n</think>\\n\\n``, of any number of tokens) and the reply continues with
 ``budget.reply_reserve`` tokens (budget forcing). A model that does not think gets only the reply cap.
-Cancelling the iterator, or ``abort``, stops the request in the engine.
+Cancelling the iterator, or ``abort``, stops the request in the engine. ``alive()`` is the engine's own liveness;
+a dead engine is restarted by ``stop()`` then ``start()`` (``livethink.serve.supervisor``).
 """
 
 from __future__ import annotations
@@ -85,6 +86,15 @@ class Engine(Protocol):
     async def abort(self, request_id: str) -> None: ...
 
     def stats(self) -> EngineStats: ...
+
+    def alive(self) -> bool:
+        """The engine's own liveness (vLLM: its engine core process; transformers: its decode thread). Cheap:
+        polled every ``engine.health_poll_s``. A stopped engine is not alive."""
+        ...
+
+
+class EngineDead(RuntimeError):
+    """The engine died (its process or decode thread is gone): raised to the requests it was serving."""
 
 
 @dataclass

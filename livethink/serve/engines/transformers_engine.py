@@ -24,6 +24,7 @@ from livethink.engines import load_generation_model
 from livethink.serve.budget import TokenBudget
 from livethink.serve.engines.base import (
     Delta,
+    EngineDead,
     EngineStats,
     GenerationRequest,
     ThinkingGuard,
@@ -101,10 +102,15 @@ class TransformersEngine:
 
     async def start(self) -> None:
         await asyncio.to_thread(self._load)
+        self._jobs = queue.Queue()  # a fresh queue: a wedged old thread that wakes up later finds no work
         self._thread = threading.Thread(
-            target=self._worker, name=f"transformers-engine-{self.name}", daemon=True
+            target=self._worker, args=(self._jobs,), name=f"transformers-engine-{self.name}", daemon=True
         )
         self._thread.start()
+
+    def alive(self) -> bool:
+        """The decode thread is running (a dead decode thread is a dead engine)."""
+        return self._thread is not None and self._thread.is_alive()
 
     def _load(self) -> None:
         self.model, self.tokenizer, self.device = load_generation_model(
@@ -126,30 +132,40 @@ class TransformersEngine:
             job.cancel.set()
         if self._thread is not None:
             self._jobs.put(None)
-            await asyncio.to_thread(self._thread.join, 10)
+            await asyncio.to_thread(self._thread.join, 10)  # a wedged thread is left behind (daemon)
             self._thread = None
 
     def tokenizer_for(self, model: str) -> Any:
         return self.tokenizer
 
     # -- the worker thread ------------------------------------------------------------------------------
-    def _worker(self) -> None:
-        while True:
-            job = self._jobs.get()
-            if job is None:
-                return
-            if job.cancel.is_set():
+    def _worker(self, jobs: queue.Queue) -> None:
+        job = None
+        try:
+            while True:
+                job = jobs.get()
+                if job is None:
+                    return
+                if job.cancel.is_set():
+                    job.put(_DONE)
+                    continue
+                self._busy = True
+                try:
+                    self._run(job)
+                except Exception as exc:  # delivered to the awaiting request
+                    log.exception("transformers engine failed on %s", job.request.request_id)
+                    job.put(exc)
+                finally:
+                    self._busy = False
                 job.put(_DONE)
-                continue
-            self._busy = True
-            try:
-                self._run(job)
-            except Exception as exc:  # delivered to the awaiting request
-                log.exception("transformers engine failed on %s", job.request.request_id)
-                job.put(exc)
-            finally:
-                self._busy = False
-                job.put(_DONE)
+        except BaseException as exc:  # the thread dies: every waiting request learns it, not just this one
+            log.error("transformers engine %s: the decode thread died: %r", self.name, exc)
+            dead = EngineDead(f"the decode thread of engine {self.name!r} died ({type(exc).__name__})")
+            for waiting in [job, *self._active.values()]:
+                if waiting is not None:
+                    waiting.put(dead)
+                    waiting.put(_DONE)
+            raise
 
     def _run(self, job: _Job) -> None:
         import torch
@@ -213,6 +229,8 @@ class TransformersEngine:
     async def generate(self, request: GenerationRequest, budget: TokenBudget) -> AsyncIterator[Delta]:
         if self._thread is None:
             raise RuntimeError("engine not started")
+        if not self._thread.is_alive():
+            raise EngineDead(f"the decode thread of engine {self.name!r} is dead")
         if request.model not in self.models:
             raise KeyError(f"model {request.model!r} is not served by this engine ({self.models})")
         job = _Job(request, budget, asyncio.get_running_loop(), asyncio.Queue())

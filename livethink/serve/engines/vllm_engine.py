@@ -110,6 +110,12 @@ class VLLMEngine:
 
     # -- lifecycle --------------------------------------------------------------------------------------
     async def start(self) -> None:
+        """Build the ``AsyncLLM`` in a worker thread: a restart (``supervisor``) must not block the event loop
+        for the tens of seconds the engine core takes to load (``AsyncLLM`` starts its output handler on the
+        first request when built outside the loop)."""
+        await asyncio.to_thread(self._start)
+
+    def _start(self) -> None:
         from transformers import AutoTokenizer
         from vllm.lora.request import LoRARequest
 
@@ -163,9 +169,16 @@ class VLLMEngine:
         )
 
     async def stop(self) -> None:
-        if self._llm is not None:
-            self._llm.shutdown()
-            self._llm = None
+        """Shut the engine core down (in a thread: it waits for the process, and kills a wedged one)."""
+        llm, self._llm = self._llm, None
+        if llm is not None:
+            await asyncio.to_thread(llm.shutdown)
+        self._running.clear()
+        self._live_ids.clear()
+
+    def alive(self) -> bool:
+        """vLLM's own liveness: its monitor thread marks the client dead as soon as the engine core exits."""
+        return self._llm is not None and not self._llm.errored
 
     def tokenizer_for(self, model: str) -> Any:
         return self._tokenizer
