@@ -48,7 +48,7 @@ CHAT = [{"role": "user", "content": "Tell me everything about the hoodie, its si
 
 
 def pct(values: list[float], q: float) -> float | None:
-    return float(np.percentile(values, q)) if values else None
+    return float(np.percentile(values, float(q))) if values else None
 
 
 # -- requests -------------------------------------------------------------------------------------------

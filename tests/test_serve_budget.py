@@ -42,6 +42,7 @@ from livethink.serve.estimates import (
     interpolate,
     load_level,
     quantile,
+    stream_timing,
 )
 from livethink.serve.reasoning import ThinkSplitter, usable_reply
 
@@ -163,6 +164,15 @@ def test_interpolation_between_levels_and_the_prior_slope_beyond():
     assert interpolate(pts, 16, 0.0005) == pytest.approx(0.019)  # 0.015 + 8 * 0.0005
     assert interpolate([(8, 0.015)], 1, 0.0005) == pytest.approx(0.0115)  # 0.015 - 7 * 0.0005
     assert interpolate([(8, 0.004)], 1, 0.001) == pytest.approx(0.001)  # never below a quarter
+
+
+def test_stream_timing_counts_only_the_tokens_decoded_after_the_first_delta():
+    # deltas of 8 tokens: the first at 0.10 s (8 tokens), the last at 0.30 s after 48 -> 40 tokens in 0.20 s
+    ttft, tpot = stream_timing(0.0, 0.10, 8, 0.30, 48)
+    assert tpot == pytest.approx(0.005) and ttft == pytest.approx(0.10 - 7 * 0.005)
+    assert stream_timing(0.0, 0.02, 1, 0.12, 11) == (pytest.approx(0.02), pytest.approx(0.01))  # token by token
+    assert stream_timing(0.0, 0.02, 8, 0.02, 8) == (pytest.approx(0.02), None)  # one delta: no decode rate
+    assert stream_timing(0.0, None, 0, None, 0) == (None, None)
 
 
 def test_quantile_and_reply_lengths():

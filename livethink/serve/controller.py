@@ -123,8 +123,8 @@ class EstimatorSettings:
     safety: float = 1.15  # admission: predicted TTFT / per-token time times this (the mean is what is planned)
     spread_k: float = 2.0  # the tail of the per-token time: mean + k·sd at the load level
     max_factor: float = 2.5
-    cold_factor: float = 1.0  # before any measurement the priors count this much more (serve config: 2) ...
-    cold_observations: int = 16  # ... fading linearly to 1 over this many finished requests
+    cold_factor: float = 1.0  # a quantity not measured yet: its prior counts this much more (serve config: 2)
+    cold_observations: int = 16  # an engine is still being learnt until this many requests finished (probes)
 
 
 def cold_factor(observations: int, factor: float, n: int) -> float:
@@ -193,10 +193,12 @@ class EngineEstimator:
         now = time.monotonic() if now is None else now
         ttft, _ = self.ttft.predict(load, now)
         tpot, tpot_sd = self.tpot.predict(load, now)
+        # a prior (nothing measured yet) is conservative; a measurement is taken as it is
         cold = cold_factor(self.observations, s.cold_factor, s.cold_observations)
-        tpot = max(tpot, 1e-4)
-        hi = tpot * max(1.0, tail_factor(tpot, tpot_sd, s.spread_k, s.max_factor)) * cold
-        return Prediction(ttft * s.safety * cold, tpot * s.safety * cold, hi, ttft * cold, tpot * cold)
+        ttft *= 1.0 if self.ttft.levels else cold
+        tpot = max(tpot, 1e-4) * (1.0 if self.tpot.levels else cold)
+        hi = tpot * max(1.0, tail_factor(tpot, tpot_sd, s.spread_k, s.max_factor))
+        return Prediction(ttft * s.safety, tpot * s.safety, hi, ttft, tpot)
 
     def service_time(self, default: float) -> float:
         return self.service_s if self.service_s is not None else default

@@ -136,6 +136,20 @@ def interpolate(points: list[tuple[int, float]], x: float, slope: float) -> floa
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0)
 
 
+def stream_timing(
+    t_start: float, t_first: float | None, first_tokens: int, t_last: float | None, tokens: int
+) -> tuple[float | None, float | None]:
+    """(TTFT, TPOT) of a request whose tokens arrive in deltas of several (``stream_interval``): the first delta
+    at ``t_first`` carried ``first_tokens`` tokens, the last arrived at ``t_last`` after ``tokens`` in all. TPOT
+    counts only the tokens decoded after the first delta; TTFT is the first delta's time less the decode steps
+    it waited for beyond the first token."""
+    if t_first is None:
+        return None, None
+    tpot = (t_last - t_first) / (tokens - first_tokens) if t_last is not None and tokens > first_tokens else None
+    ttft = t_first - t_start - (max(1, first_tokens) - 1) * (tpot or 0.0)
+    return max(0.0, ttft), tpot
+
+
 def quantile(sorted_values: list[int], q: float) -> int:
     """The ``q`` quantile of sorted integers (nearest rank, rounding up: a tail is never understated)."""
     if not sorted_values:

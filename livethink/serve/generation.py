@@ -67,6 +67,7 @@ class Progress:
     forced: bool = False
     finish: str = "length"
     t_first: float | None = None
+    first_tokens: int = 0  # tokens in the first delta (``stream_interval`` batches them)
     t_last: float | None = None
     t_first_reply: float | None = None
 
@@ -76,7 +77,8 @@ class Progress:
             if self.splitter.phase == "reasoning":
                 self.thinking_seen += delta.tokens
             self.t_last = now
-            self.t_first = self.t_first or now
+            if self.t_first is None:
+                self.t_first, self.first_tokens = now, delta.tokens
         self.forced = self.forced or delta.forced_end_of_thinking
         if delta.finish_reason is not None:
             self.finish = delta.finish_reason

@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 from livethink.serve.budget import TokenBudget
 from livethink.serve.engines.base import Engine, GenerationRequest, SamplingOptions
+from livethink.serve.estimates import stream_timing
 
 log = logging.getLogger(__name__)
 PROBE_MESSAGES = [
@@ -36,14 +37,14 @@ async def probe_once(engine: Engine, model: str, prompt_ids: list[int], tokens: 
     request = GenerationRequest(request_id, model, prompt_ids, SamplingOptions(ignore_eos=True, seed=0))
     t0 = time.monotonic()
     t_first = t_last = None
-    n = 0
+    n = first = 0
     async for delta in engine.generate(request, TokenBudget(tokens // 2, tokens - tokens // 2)):
         if delta.tokens:
             n += delta.tokens
             t_last = time.monotonic()
-            t_first = t_first or t_last
-    ttft = None if t_first is None else t_first - t0
-    tpot = (t_last - t_first) / (n - 1) if t_first is not None and t_last is not None and n > 1 else None
+            if t_first is None:
+                t_first, first = t_last, delta.tokens
+    ttft, tpot = stream_timing(t0, t_first, first, t_last, n)
     return ProbeTiming(ttft, tpot, n)
 
 
@@ -93,4 +94,4 @@ class IdleProber:
                     if self.idle(key) > 0:  # nothing started meanwhile: an idle measurement
                         self.report(key, timing)
                 if task.exception() is not None:
-                    log.warning("idle probe of engine %s failed: %s", key, task.exception())
+                    log.info("idle probe of engine %s failed: %s", key, task.exception())  # the supervisor reports why

@@ -27,6 +27,7 @@ from livethink.serve.config import ServeConfig
 from livethink.serve.controller import BudgetController, QueueState
 from livethink.serve.engines.base import Engine, GenerationRequest, SamplingOptions
 from livethink.serve.errors import APIError, bad_request, overloaded
+from livethink.serve.estimates import stream_timing
 from livethink.serve.generation import Done, End, Piece, Progress, Result, produce
 from livethink.serve.hooks import ArmChoice, NoExperiment, ResponseRecord, ServeHooks, UnknownArmError
 from livethink.serve.metrics import ServeMetrics, arm_label
@@ -444,15 +445,7 @@ class Service:
                             producer.cancel()
                         with contextlib.suppress(BaseException):
                             await producer
-                        self._observe(
-                            job,
-                            t_start,
-                            progress.t_first,
-                            progress.t_last,
-                            progress.tokens,
-                            load_start,
-                            queue.running,
-                        )
+                        self._observe(job, t_start, progress, load_start, queue.running)
                     if isinstance(item.status, BaseException):
                         self._failed(job)
                         raise item.status
@@ -526,23 +519,9 @@ class Service:
         raise RuntimeError("generation ended without a result")
 
     # -- bookkeeping ------------------------------------------------------------------------------------
-    def _observe(
-        self,
-        job: Job,
-        t_start: float,
-        t_first: float | None,
-        t_last: float | None,
-        tokens: int,
-        load_start: int,
-        load_end: int,
-    ) -> None:
-        ttft = (t_first - t_start) if t_first is not None else None
-        tpot = (
-            (t_last - t_first) / (tokens - 1)
-            if t_first is not None and t_last is not None and tokens > 1
-            else None
-        )
-        service = (t_last or time.monotonic()) - t_start
+    def _observe(self, job: Job, t_start: float, p: Progress, load_start: int, load_end: int) -> None:
+        ttft, tpot = stream_timing(t_start, p.t_first, p.first_tokens, p.t_last, p.tokens)
+        service = (p.t_last or time.monotonic()) - t_start
         self.controller.observe(
             job.engine_key,
             load=(load_start + max(load_end, 1)) / 2,
