@@ -410,7 +410,7 @@ async def simulate_http(
                 r, err = None, str(exc)
             elapsed = (time.perf_counter() - t0) * 1000
         arm, ok, latency, correct, helpful = None, False, elapsed, None, None
-        fallback, deadline = False, float(deadline_ms or 0)
+        fallback, deadline = False, float(deadline_ms or "inf")  # the server's reply says which it applied
         if r is None or r.status_code >= 500 or (r.status_code >= 400 and r.status_code != 429):
             stats["errors"] += 1
             if len(stats["error_samples"]) < 5:

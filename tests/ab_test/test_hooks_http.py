@@ -131,6 +131,10 @@ def test_simulator_against_server(served) -> None:
     assert result["replies_ok"] == 300 and result["errors"] == 0 and result["malformed"] == 0
     assert result["outcomes_posted"] > 30 and result["outcomes_acked"] == result["outcomes_posted"]
     assert set(result["arms"]) == {"rft", "drpo"}
+    per_arm = result["per_arm"]  # what each arm's viewers saw, the goodput accounting of the demo's summary
+    assert set(per_arm) == {"rft", "drpo"} and sum(a["sent"] for a in per_arm.values()) == 300
+    assert all(a["answered"] == a["sent"] and a["refused"] == a["errors"] == 0 for a in per_arm.values())
+    assert all(0 <= a["goodput"] <= a["answered_share"] == 1.0 for a in per_arm.values())
     assert store.count("live1") == 600 + result["outcomes_acked"]
     rows = store.fetch("live1", "exposure", ["viewer_id", "simulated"])
     assert all(v.startswith("sim-t-") and sim for v, sim in rows)
