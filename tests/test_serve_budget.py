@@ -268,8 +268,12 @@ def test_a_refusal_is_trusted_only_on_fresh_estimates_and_stale_ones_get_a_trick
     assert probe.thinking_deadline is not None and probe.thinking_deadline < t + 0.4
     assert isinstance(c.plan("e", 0.4, idle, now=t + 1.0), Reject)
     assert c.plan("e", 0.4, idle, now=t + 2.5).probe
-    c.loop_lag.value = 0.5  # a saturated front end refuses even when the engine is idle
-    assert c.plan("e", 0.4, idle, now=t + 9.0).reason == "frontend_saturated"
+    c.loop_lag.observe(0.5)  # one stall is not saturation: counted as wait, not refused for
+    assert c.loop_lag.value == pytest.approx(0.15) and c.loop_lag.sustained == pytest.approx(0.025)
+    assert getattr(c.plan("e", 0.4, idle, now=t + 9.0), "reason", None) != "frontend_saturated"
+    for _ in range(30):  # a lag that lasts (0.6 s of samples) is: a saturated front end refuses even when idle
+        c.loop_lag.observe(0.5)
+    assert c.plan("e", 0.4, idle, now=t + 9.5).reason == "frontend_saturated"
 
 
 def test_the_idle_estimate_survives_a_burst_in_the_controller():

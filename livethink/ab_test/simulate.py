@@ -383,7 +383,7 @@ async def simulate_http(
     stats: dict[str, Any] = {
         "replies_ok": 0, "rejected": 0, "errors": 0, "malformed": 0, "not_in_experiment": 0,
         "outcomes_posted": 0, "outcomes_acked": 0, "outcome_errors": 0, "arms": {}, "latency_ms": [],
-        "error_samples": [],
+        "error_samples": [], "refused_reasons": {},
     }  # fmt: skip
     own = client is None
     http = client or httpx.AsyncClient(timeout=timeout_s)
@@ -420,6 +420,8 @@ async def simulate_http(
         elif r.status_code == 429:
             stats["rejected"] += 1
             arm = _arm_from(r)
+            reason = _field(r, "reason") or "unknown"
+            stats["refused_reasons"][reason] = stats["refused_reasons"].get(reason, 0) + 1
         else:
             data = r.json()
             missing = [k for k in _REQUIRED if k not in data]
@@ -501,6 +503,8 @@ def stream_summary(result: dict[str, Any], target_answered: float = 0.95) -> lis
     share = answered / sent if sent else 0.0
     verdict = "met" if share >= target_answered else "NOT met"
     lines = [f"answered {answered} of {sent} requests ({share:.1%}; target ≥ {target_answered:.0%}: {verdict})"]
+    if result.get("refused_reasons"):
+        lines.append("refused (429) for: " + ", ".join(f"{k} {v}" for k, v in sorted(result["refused_reasons"].items())))
     for arm, a in arms.items():
         lines.append(
             f"arm {arm}: {a['sent']} sent, {a['answered']} answered ({a['answered_share']:.1%}), "
@@ -510,9 +514,14 @@ def stream_summary(result: dict[str, Any], target_answered: float = 0.95) -> lis
     return lines
 
 
-def _arm_from(r: httpx.Response) -> str | None:
+def _field(r: httpx.Response, name: str) -> str | None:
+    """A top-level field of a JSON answer (an error's ``arm`` or ``reason``), None when absent."""
     try:
         data = r.json()
     except ValueError:
         return None
-    return data.get("arm") if isinstance(data, dict) else None
+    return data.get(name) if isinstance(data, dict) else None
+
+
+def _arm_from(r: httpx.Response) -> str | None:
+    return _field(r, "arm")

@@ -205,19 +205,24 @@ class EngineEstimator:
 
 
 class LoopLag:
-    """Event-loop lag of this process: how late a short sleep wakes up (EWMA, seconds).
+    """Event-loop lag of this process: how late a short sleep wakes up (seconds), as two EWMAs.
 
     Deadlines are enforced by this loop; when it lags (CPU saturated by HTTP, tokenization, detokenization)
-    every request is late by about that much, so the lag counts as queue wait and, past a limit, refuses.
+    every request is late by about that much, so the lag counts as queue wait (``value``, fast: a stall counts
+    at once) and, while it stays past a limit, refuses (``sustained``, slow: one stall of a few hundred ms, e.g.
+    a garbage collection, is not a saturated front end).
     """
 
-    def __init__(self, interval_s: float = 0.02, alpha: float = 0.3):
+    def __init__(self, interval_s: float = 0.02, alpha: float = 0.3, sustained_alpha: float = 0.05):
         self.interval_s = interval_s
         self.alpha = alpha
+        self.sustained_alpha = sustained_alpha
         self.value = 0.0
+        self.sustained = 0.0
 
     def observe(self, lag_s: float) -> None:
         self.value = ewma(self.value, max(0.0, lag_s), self.alpha)
+        self.sustained = ewma(self.sustained, max(0.0, lag_s), self.sustained_alpha)
 
     async def run(self) -> None:
         while True:
@@ -352,8 +357,8 @@ class BudgetController:
     ) -> TokenBudget | Reject:
         """``plan(deadline, queue_state)``: a token budget for the time left, or a refusal. ``min_thinking``:
         the model's thinking floor, which a probe gets (see below); ``model``: whose reply lengths count."""
-        if self.loop_lag.value > self.max_loop_lag_s:  # the front end (this process) is saturated
-            return Reject(max(self.policy.min_retry_after_s, self.loop_lag.value), "frontend_saturated")
+        if self.loop_lag.sustained > self.max_loop_lag_s:  # the front end (this process) is saturated
+            return Reject(max(self.policy.min_retry_after_s, self.loop_lag.sustained), "frontend_saturated")
         q = queue or self.queue_state(engine)
         t = time.monotonic() if now is None else now
         est = self.estimates(engine, q, default_service_s=remaining_s, now=t)
