@@ -285,3 +285,17 @@ LIVE_BODY = {
     "question": "How much is the hoodie?",
     "product_docs": [{"product_id": "p1", "title": "Hoodie", "text": "Price: $39. Ships in 2 days."}],
 }
+
+
+def engine_core(pid: int) -> Any:
+    """The ``VLLM::EngineCore`` process under the server process ``pid`` (a ``psutil.Process``)."""
+    import psutil
+
+    children = psutil.Process(pid).children(recursive=True)
+    for child in children:
+        try:
+            if "EngineCore" in " ".join(child.cmdline()) or "EngineCore" in child.name():
+                return child
+        except psutil.NoSuchProcess:
+            continue
+    raise AssertionError(f"no VLLM::EngineCore among {[(c.pid, c.name()) for c in children]}")

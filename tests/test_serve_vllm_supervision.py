@@ -15,7 +15,7 @@ from typing import Any
 import httpx
 import psutil
 import pytest
-from serve_fixtures import LIVE_BODY, CLIServer, tiny_student_dir
+from serve_fixtures import LIVE_BODY, CLIServer, engine_core, tiny_student_dir
 
 pytestmark = [
     pytest.mark.slow,
@@ -40,16 +40,9 @@ def server(tmp_path_factory):
     srv.close()
 
 
-def engine_core(server: CLIServer) -> psutil.Process:
+def server_engine_core(server: CLIServer) -> psutil.Process:
     """The server's ``VLLM::EngineCore`` child process."""
-    children = psutil.Process(server.proc.pid).children(recursive=True)
-    for child in children:
-        try:
-            if "EngineCore" in " ".join(child.cmdline()) or "EngineCore" in child.name():
-                return child
-        except psutil.NoSuchProcess:
-            continue
-    raise AssertionError(f"no VLLM::EngineCore among {[(c.pid, c.name()) for c in children]}")
+    return engine_core(server.proc.pid)
 
 
 class Watch(threading.Thread):
@@ -89,7 +82,7 @@ def _spans(seen: list, t0: float) -> list[tuple[float, float, int]]:
 def test_kill_9_of_the_engine_core_gives_503_then_the_engine_is_back(server):
     with httpx.Client(base_url=server.url, timeout=30) as http:
         assert http.post("/v1/livestream/reply", json=LIVE_BODY).status_code == 200
-    core = engine_core(server)
+    core = server_engine_core(server)
     health = Watch(server.url, "/health", every_s=0.1)
     load = Watch(server.url, "/v1/livestream/reply", 0.05, "post", {**LIVE_BODY, "deadline_ms": DEADLINE_MS})
     health.start()
@@ -130,7 +123,7 @@ def test_kill_9_of_the_engine_core_gives_503_then_the_engine_is_back(server):
         metrics = http.get("/metrics").text
     assert state["state"] == "ok" and state["restarts"] == 1
     assert 'livethink_engine_restarts_total{engine="rft",reason="died"} 1.0' in metrics
-    assert engine_core(server).pid != core.pid
+    assert server_engine_core(server).pid != core.pid
     print(f"/health non-200 {first_bad - t_kill:.2f} s after the kill, 200 again after {health_back - t_kill:.1f} s; "
           f"first 200 reply after {back - t_kill:.1f} s; {len(refused)} replies 503")  # fmt: skip
 
@@ -140,7 +133,7 @@ def test_sigstop_of_the_engine_core_keeps_the_deadline_and_health_reports_the_st
     with httpx.Client(base_url=server.url, timeout=30) as http:
         assert http.post("/v1/livestream/reply", json=LIVE_BODY).status_code == 200
         assert http.get("/health").status_code == 200
-    core = engine_core(server)
+    core = server_engine_core(server)
     health = Watch(server.url, "/health", every_s=0.1)
     load = Watch(server.url, "/v1/livestream/reply", 0.05, "post", {**LIVE_BODY, "deadline_ms": DEADLINE_MS})
     health.start()
@@ -172,7 +165,7 @@ def test_sigstop_of_the_engine_core_keeps_the_deadline_and_health_reports_the_st
     stalled = [(t, d) for t, s, d, *_ in health.seen if s == 503]
     assert stalled and stalled[0][0] - t_stop <= 2.0 + 1.5, stalled[:1]
     assert all(d["engines"]["rft"]["state"] == "stalled" for _, d in stalled)
-    assert health.seen[-1][1] == 200 and engine_core(server).pid == core.pid  # resumed, not restarted
+    assert health.seen[-1][1] == 200 and server_engine_core(server).pid == core.pid  # resumed, not restarted
 
 
 @pytest.mark.timeout(180)
@@ -186,7 +179,7 @@ def test_a_spent_restart_budget_exits_the_server_with_code_4(tmp_path):
     }
     srv = CLIServer(config, tmp_path)
     try:
-        core = engine_core(srv)
+        core = server_engine_core(srv)
         t_kill = time.monotonic()
         os.kill(core.pid, signal.SIGKILL)
         code = srv.proc.wait(60)

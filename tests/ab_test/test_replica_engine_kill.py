@@ -13,9 +13,8 @@ from pathlib import Path
 from typing import NamedTuple
 
 import httpx
-import psutil
 import pytest
-from serve_fixtures import LIVE_BODY, tiny_student_dir
+from serve_fixtures import LIVE_BODY, engine_core, tiny_student_dir
 
 from livethink.replicas import ReplicaSet
 
@@ -75,16 +74,6 @@ class OpenLoop(threading.Thread):
                 i += 1
             for th in threads:
                 th.join(30)
-
-
-def engine_core(pid: int) -> psutil.Process:
-    for child in psutil.Process(pid).children(recursive=True):
-        try:
-            if "EngineCore" in " ".join(child.cmdline()) or "EngineCore" in child.name():
-                return child
-        except psutil.NoSuchProcess:
-            continue
-    raise AssertionError(f"no VLLM::EngineCore under process {pid}")
 
 
 def _healthy(url: str) -> bool:
