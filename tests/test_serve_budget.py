@@ -276,6 +276,21 @@ def test_a_refusal_is_trusted_only_on_fresh_estimates_and_stale_ones_get_a_trick
     assert c.plan("e", 0.4, idle, now=t + 9.5).reason == "frontend_saturated"
 
 
+def test_engines_sharing_a_device_count_each_others_load():
+    """Two engines on one CPU: a request alone on engine a while b runs 7 decodes as at load 8, and is filed there,
+    not under a's idle level; engines on their own devices count only their own load."""
+    c = BudgetController(POLICY, {"a": 4, "b": 4}, EstimatorSettings(cold_observations=0), shared_compute=True)
+    c.queues["b"].running = 7
+    assert c.load("a", c.queue_state("a")) == 8 and c.running_load("a", extra=1) == 8
+    c.observe("a", load=c.running_load("a", extra=1), ttft_s=0.02, tpot_s=0.02, service_s=1.0, now=0.0)
+    assert set(c.estimators["a"].tpot.levels) == {8}
+    c.queues["b"].running = 0
+    assert c.load("a", c.queue_state("a")) == 1
+    apart = BudgetController(POLICY, {"a": 4, "b": 4})
+    apart.queues["b"].running = 7
+    assert apart.load("a", apart.queue_state("a")) == 1 and apart.running_load("a") == 0
+
+
 def test_the_idle_estimate_survives_a_burst_in_the_controller():
     """Issue of the lock-out, end to end in the controller: idle 8.5 ms, a burst at 8 running requests at 15 ms,
     then an idle request at 2,500 ms: the floor of 192 thinking tokens fits again."""

@@ -140,6 +140,17 @@ class BudgetConfig(_Strict):
     refusal_window_s: float = Field(default=60.0, gt=0)  # /health: refusals counted over this window ...
     degraded_refusal_share: float = Field(default=0.5, gt=0, le=1)  # ... degraded at this share, engines idle
     degraded_min_requests: int = Field(default=5, ge=1)  # ... with at least this many requests in the window
+    # the engines share one device (a CPU host: a request's decode speed depends on what runs on every engine);
+    # None: when no GPU is visible
+    shared_compute: bool | None = None
+
+    def resolved_shared_compute(self) -> bool:
+        """``shared_compute``, or whether the engines run on the host's CPU (no CUDA device visible)."""
+        if self.shared_compute is not None:
+            return self.shared_compute
+        import torch
+
+        return not torch.cuda.is_available()
 
     def policy(self) -> BudgetPolicy:
         return BudgetPolicy(

@@ -251,11 +251,13 @@ class BudgetController:
         ramp_start: int | None = None,
         reply_quantile: float = 0.9,
         trickle_s: float = 2.0,
+        shared_compute: bool = False,
     ):
         """``ramp_start``: a cold engine opens this many slots, one more per finished request (slow start,
         as TCP does), up to its capacity; None opens them all at once. ``reply_quantile``: the quantile of
         recent reply lengths that times the end of thinking. ``trickle_s``: at most one probe per engine this
-        often where the estimates are stale."""
+        often where the estimates are stale. ``shared_compute``: the engines share one device (a CPU host), so a
+        request's load counts what runs on every engine, not only its own."""
         self.policy = policy
         self.estimators = {
             name: EngineEstimator(replace(estimator or EstimatorSettings())) for name in capacities
@@ -270,6 +272,7 @@ class BudgetController:
         self.reply_quantile = reply_quantile
         self.replies: dict[str, ReplyLengths] = collections.defaultdict(ReplyLengths)  # by model
         self.trickle_s = trickle_s
+        self.shared_compute = shared_compute
         self._last_probe: dict[str, float] = {}
 
     def observe_send(self, seconds: float) -> None:
@@ -286,10 +289,21 @@ class BudgetController:
         q = self.queues[engine]
         return QueueState(q.running, q.waiting, q.capacity)
 
-    @staticmethod
-    def load(q: QueueState) -> int:
-        """The load a request arriving now runs at: what runs and waits, plus itself, up to the capacity."""
-        return min(q.capacity, q.running + q.waiting + 1)
+    def others(self, engine: str) -> int:
+        """Requests running or waiting on the engines that share ``engine``'s device (0 when none do)."""
+        if not self.shared_compute:
+            return 0
+        return sum(q.running + q.waiting for name, q in self.queues.items() if name != engine)
+
+    def load(self, engine: str, q: QueueState) -> int:
+        """The load a request arriving now runs at: what runs and waits on its engine, plus itself, up to the
+        capacity, plus what runs on the engines sharing its device."""
+        return min(q.capacity, q.running + q.waiting + 1) + self.others(engine)
+
+    def running_load(self, engine: str, extra: int = 0) -> int:
+        """What runs now on ``engine`` (plus ``extra``) and on the engines sharing its device: an observation's
+        load."""
+        return self.queues[engine].running + extra + self.others(engine)
 
     def estimates(
         self,
@@ -301,7 +315,7 @@ class BudgetController:
         """Estimates for a request that arrives at ``now`` at ``engine`` (it runs with the current load + 1)."""
         q = queue or self.queue_state(engine)
         est = self.estimators[engine]
-        p = est.predict(self.load(q), now)
+        p = est.predict(self.load(engine, q), now)
         wait = queue_wait(q.waiting, q.running, q.capacity, est.service_time(default_service_s))
         # a lagging event loop delays everything: it counts as wait
         return Estimates(
@@ -334,7 +348,7 @@ class BudgetController:
         est = self.estimators[engine]
         if est.observations < est.settings.cold_observations:
             return True
-        if est.fresh(self.load(q), now):
+        if est.fresh(self.load(engine, q), now):
             return False
         if now - self._last_probe.get(engine, float("-inf")) < self.trickle_s:
             return False

@@ -94,6 +94,7 @@ class Service:
             config.budget.ramp_start,
             reply_quantile=config.budget.reply_quantile,
             trickle_s=config.budget.trickle_s,
+            shared_compute=config.budget.resolved_shared_compute(),
         )
         self.finalize_s = config.budget.finalize_ms / 1000
         self.floors = {m: floor_for(config, m) for m in self.engine_keys}
@@ -129,7 +130,8 @@ class Service:
     def _observe_probe(self, engine_key: str, timing: ProbeTiming) -> None:
         """An idle probe's decode time (its TTFT is left out: a probe's prompt is shorter than a viewer's)."""
         if timing.tpot_s is not None:
-            self.controller.observe(engine_key, load=1, ttft_s=None, tpot_s=timing.tpot_s, service_s=None)
+            load = self.controller.running_load(engine_key, extra=1)  # the probe, and any engine beside it
+            self.controller.observe(engine_key, load=load, ttft_s=None, tpot_s=timing.tpot_s, service_s=None)
 
     @property
     def models(self) -> list[str]:
@@ -412,7 +414,7 @@ class Service:
         cut = True  # unless generation ends by itself
         if got:
             m.in_flight.labels(job.model).inc()
-            load_start = queue.running
+            load_start = self.controller.running_load(job.engine_key)
             try:
                 plan = self._plan(job, t_start, QueueState(queue.running - 1, 0, queue.capacity))
                 if (
@@ -445,7 +447,7 @@ class Service:
                             producer.cancel()
                         with contextlib.suppress(BaseException):
                             await producer
-                        self._observe(job, t_start, progress, load_start, queue.running)
+                        self._observe(job, t_start, progress, load_start, self.controller.running_load(job.engine_key))
                     if isinstance(item.status, BaseException):
                         self._failed(job)
                         raise item.status
