@@ -89,7 +89,7 @@ class EngineConfig(_Strict):
     restart_timeout_s: float = Field(default=300.0, gt=0)  # a restart that takes longer failed
     stall_s: float = Field(default=5.0, gt=0)  # a request waited this long for any output: stalled (health 503)
     stall_kill_s: float = Field(default=30.0, gt=0)  # stalled this long: killed and restarted as dead
-    probe_interval_s: float | None = Field(default=10.0, gt=0)  # an idle engine is probed this often (24 tokens:
+    probe_interval_s: float | None = Field(default=10.0, gt=0)  # an idle engine is probed this often (64 tokens:
     # its decode time for the budget controller, and its liveness); None: never
 
     @model_validator(mode="after")

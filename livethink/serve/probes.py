@@ -57,7 +57,7 @@ class IdleProber:
         idle: Callable[[str], float],  # key -> seconds the engine has been idle (0 while busy)
         report: Callable[[str, ProbeTiming], None],
         interval_s: float,
-        tokens: int = 24,
+        tokens: int = 64,  # ~0.2 s on a tiny CPU student: enough intervals for a steady per-token time
     ):
         self.engines = engines
         self.idle = idle

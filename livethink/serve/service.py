@@ -619,7 +619,7 @@ class Service:
         g.labels(model, "tpot_idle").set(self.controller.estimators[engine_key].predict(1).tpot_mean)
         g.labels(model, "wait").set(est.wait)
 
-    async def warmup(self, rounds: int = 3, tokens: int = 16) -> None:
+    async def warmup(self, rounds: int = 3, tokens: int = 64) -> None:
         """Seed each engine's idle decode estimate with a few short generations; the first (cold start: lazy
         engine setup, first prefill) is not counted."""
         for key, engine in self.engines.items():
