@@ -1,0 +1,150 @@
+"""Budget forcing in token space: where thinking is cut at a cap, and which tokens the cut forced.
+
+One rule for the server, the eval and stage-2 rollouts (s1, arXiv 2501.19393; Elastic Reasoning, arXiv 2505.05315):
+thinking counts the tokens after the reasoning start delimiter, whether the prompt pre-fills it (the server's
+``ReasoningFormat.prefill``) or the model writes it (a conversational rollout). Once ``cap`` thinking tokens exist
+and the block is still open, the format's forced end (``ReasoningFormat.forced_end``, e.g. ``\\n</think>\\n\\n``)
+follows, token for token, and the reply gets at most ``reply_reserve`` tokens after it. This is where vLLM's native
+``thinking_token_budget`` puts it too (pre-filled tokens after the start count). A completion whose thinking closes
+before the cap is unchanged.
+
+Delimiters are token-id sequences (``ForcingTokens.of``); the functions are pure and replayable, so the tokens a
+rollout was forced to write can be found afterwards and left out of the loss.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from livethink.data.reasoning_format import ReasoningFormat
+
+
+@dataclass(frozen=True)
+class ForcingTokens:
+    """A reasoning format as token ids: ``start`` opens thinking, ``close`` ends it, ``forced_end`` is inserted at
+    the cap (it contains ``close``), ``eos`` ends a reply that used its reserve."""
+
+    start: tuple[int, ...]
+    close: tuple[int, ...]
+    forced_end: tuple[int, ...]
+    eos: int | None = None
+
+    @classmethod
+    def of(cls, tokenizer: Any, fmt: ReasoningFormat, eos: int | None = None) -> ForcingTokens:
+        """The format's delimiters as the tokenizer spells them (``eos`` defaults to the tokenizer's)."""
+        if not fmt.thinks:
+            raise ValueError(f"budget forcing: the reasoning format {fmt.describe()} does not think")
+
+        def ids(text: str) -> tuple[int, ...]:
+            return tuple(tokenizer.encode(text, add_special_tokens=False))
+
+        return cls(ids(fmt.start), ids(fmt.end), ids(fmt.forced_end),
+                   tokenizer.eos_token_id if eos is None else eos)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"start": list(self.start), "close": list(self.close), "forced_end": list(self.forced_end),
+                "eos": self.eos}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> ForcingTokens:
+        return cls(tuple(data["start"]), tuple(data["close"]), tuple(data["forced_end"]), data.get("eos"))
+
+
+def find(sequence: Sequence[int], pattern: Sequence[int], start: int = 0, end: int | None = None) -> int:
+    """Index of the first ``pattern`` that starts in ``sequence[start:end]`` and fits in ``sequence``, else -1."""
+    n, m = len(sequence), len(pattern)
+    stop = n - m + 1 if end is None else min(end, n - m + 1)
+    for i in range(max(start, 0), stop):
+        if all(sequence[i + k] == pattern[k] for k in range(m)):
+            return i
+    return -1
+
+
+def rfind(sequence: Sequence[int], pattern: Sequence[int]) -> int:
+    """Index of the last ``pattern`` in ``sequence``, else -1."""
+    m = len(pattern)
+    for i in range(len(sequence) - m, -1, -1):
+        if all(sequence[i + k] == pattern[k] for k in range(m)):
+            return i
+    return -1
+
+
+def thinking_opened(prompt_ids: Sequence[int], output_ids: Sequence[int], tokens: ForcingTokens) -> tuple[int, int] | None:
+    """(output index where thinking begins, thinking tokens already in the prompt), or None while not opened.
+
+    A prompt that ends inside an open think block (the server's prefill) counts its tokens after the start; else
+    the first start delimiter the model writes opens it."""
+    at = rfind(prompt_ids, tokens.start)
+    if at >= 0 and find(prompt_ids, tokens.close, at) < 0:
+        return 0, len(prompt_ids) - at - len(tokens.start)
+    at = find(output_ids, tokens.start)
+    return None if at < 0 else (at + len(tokens.start), 0)
+
+
+def cut_index(prompt_ids: Sequence[int], output_ids: Sequence[int], cap: int, tokens: ForcingTokens) -> int | None:
+    """Output index where the forced end starts for thinking ``cap``, or None: thinking not opened (yet), or it
+    closed on its own before the cap. An index past ``len(output_ids)`` means the cap is still ahead."""
+    opened = thinking_opened(prompt_ids, output_ids, tokens)
+    if opened is None:
+        return None
+    begin, prefilled = opened
+    cut = begin + max(0, cap - prefilled)
+    if find(output_ids, tokens.close, begin, cut) >= 0:
+        return None
+    return cut
+
+
+def next_forced_token(prompt_ids: Sequence[int], output_ids: Sequence[int], cap: int, tokens: ForcingTokens,
+                      reply_reserve: int | None = None) -> int | None:
+    """The token budget forcing writes next after ``output_ids`` (None: the model chooses): the forced end from
+    the cut on, and ``eos`` once the reply after it has used ``reply_reserve`` tokens."""
+    cut = cut_index(prompt_ids, output_ids, cap, tokens)
+    n = len(output_ids)
+    if cut is None or n < cut:
+        return None
+    if n < cut + len(tokens.forced_end):
+        if list(output_ids[cut:n]) != list(tokens.forced_end[: n - cut]):
+            return None  # a cut that did not happen (generation reached the cap some other way)
+        return tokens.forced_end[n - cut]
+    if reply_reserve is not None and tokens.eos is not None and n == cut + len(tokens.forced_end) + reply_reserve:
+        return tokens.eos
+    return None
+
+
+def forced_mask(prompt_ids: Sequence[int], completion_ids: Sequence[int], cap: int | None, tokens: ForcingTokens,
+                reply_reserve: int | None = None) -> list[bool]:
+    """Which tokens of a finished completion budget forcing wrote (``cap`` None: none). The policy did not choose
+    them: RL leaves them out of the loss, as it does with tool output."""
+    mask = [False] * len(completion_ids)
+    if cap is None:
+        return mask
+    cut = cut_index(prompt_ids, completion_ids, cap, tokens)
+    end = None if cut is None else cut + len(tokens.forced_end)
+    if cut is None or list(completion_ids[cut:end]) != list(tokens.forced_end):
+        return mask
+    for i in range(cut, end):
+        mask[i] = True
+    if reply_reserve is not None and end + reply_reserve < len(completion_ids) + 1:
+        eos_at = end + reply_reserve
+        if eos_at < len(completion_ids) and completion_ids[eos_at] == tokens.eos:
+            mask[eos_at] = True
+    return mask
+
+
+def was_forced(prompt_ids: Sequence[int], completion_ids: Sequence[int], cap: int | None, tokens: ForcingTokens) -> bool:
+    """True when the completion's thinking was cut at ``cap``."""
+    return any(forced_mask(prompt_ids, completion_ids, cap, tokens))
+
+
+def forced_continuation(prompt_ids: Sequence[int], output_ids: Sequence[int], cap: int,
+                        tokens: ForcingTokens) -> list[int] | None:
+    """The prompt for the reply after a cut at ``cap``: prompt + thinking up to the cut + the forced end (what the
+    server's two-phase forcing and the eval continue from). None: thinking closed before the cap."""
+    cut = cut_index(prompt_ids, output_ids, cap, tokens)
+    if cut is None:
+        return None
+    if cut > len(output_ids):  # generation stopped inside thinking before the cap (EOS, length): cut where it stopped
+        cut = len(output_ids) - (1 if output_ids and output_ids[-1] == tokens.eos else 0)
+    return [*prompt_ids, *output_ids[:cut], *tokens.forced_end]
