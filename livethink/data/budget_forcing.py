@@ -56,6 +56,11 @@ def find(sequence: Sequence[int], pattern: Sequence[int], start: int = 0, end: i
     """Index of the first ``pattern`` that starts in ``sequence[start:end]`` and fits in ``sequence``, else -1."""
     n, m = len(sequence), len(pattern)
     stop = n - m + 1 if end is None else min(end, n - m + 1)
+    if m == 1:  # single-token delimiters (the common case): C speed, called at every decoding step
+        try:
+            return sequence.index(pattern[0], max(start, 0), max(stop, 0))
+        except ValueError:
+            return -1
     for i in range(max(start, 0), stop):
         if all(sequence[i + k] == pattern[k] for k in range(m)):
             return i
@@ -65,6 +70,11 @@ def find(sequence: Sequence[int], pattern: Sequence[int], start: int = 0, end: i
 def rfind(sequence: Sequence[int], pattern: Sequence[int]) -> int:
     """Index of the last ``pattern`` in ``sequence``, else -1."""
     m = len(pattern)
+    if m == 1 and isinstance(sequence, list):
+        try:
+            return len(sequence) - 1 - sequence[::-1].index(pattern[0])
+        except ValueError:
+            return -1
     for i in range(len(sequence) - m, -1, -1):
         if all(sequence[i + k] == pattern[k] for k in range(m)):
             return i
