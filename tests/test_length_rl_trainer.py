@@ -378,3 +378,50 @@ def test_dler_caps_samples_dynamically_and_normalises_over_the_batch(setup):
     assert len(trainer.pass_rates) == 2
     with pytest.raises(ValueError, match="dler_length_limit"):
         make_config(setup, "dler", "x", dler_length_limit=64)
+
+
+# ---------------------------------------------------------------- budget-forced rollouts
+
+
+def _opens_thinking(setup, name: str) -> Path:
+    """The test student with a chat template that opens the think block itself (as DeepSeek-R1's does)."""
+    out = setup["root"] / name
+    if not out.exists():
+        shutil.copytree(setup["student"], out)
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(out)
+        tok.chat_template = tok.chat_template.replace("{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking",
+                                                      "{{- '<|im_start|>assistant\\n<think>\\n' }}{%- if enable_thinking")
+        assert "<think>\\n' }}{%- if enable_thinking" in tok.chat_template
+        tok.save_pretrained(out)
+    return out
+
+
+def test_budget_forced_rollouts_cut_at_the_cap_and_leave_the_forced_tokens_out_of_the_loss(setup):
+    from livethink.data.budget_forcing import ForcingTokens
+    from livethink.data.reasoning_format import THINK
+
+    student = _opens_thinking(setup, "student-think")
+    with pytest.raises(ValueError, match="budget_caps"):
+        make_config(setup, "baseline", "bf-bad", budget_forcing=True, budget_caps="choice:40")  # > max_completion
+    cfg = make_config(setup, "baseline", "bf", model_name_or_path=str(student), budget_forcing=True,
+                      budget_caps="choice:3", budget_reply_reserve=3, max_completion_length=16, max_steps=2)
+    trainer = train(cfg, RuleJudge(lambda text: len(text) % 2 == 0))
+    tok = trainer.text_tokenizer
+    tokens = ForcingTokens.of(tok, THINK, eos=trainer.eos_token_ids[0])
+    # TRL's rollouts call model.generate(**inputs, generation_config=...): the cut rides along, one cap per row
+    prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": "Is it waterproof?"}], tokenize=False,
+                                                add_generation_prompt=True), add_special_tokens=False)
+    ids = torch.tensor([prompt])
+    trainer.budget_sampler.active = True
+    out = trainer.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=14,
+                                 do_sample=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
+    completion = out[0, len(prompt):].tolist()
+    n_end = len(tokens.forced_end)
+    # "<think>\n" pre-filled = 1 thinking token: 2 more, the forced end, 3 reply tokens, EOS
+    assert completion[2:2 + n_end] == list(tokens.forced_end), tok.decode(completion)
+    assert completion[2 + n_end + 3] == tok.eos_token_id and len(completion) == 2 + n_end + 4
+    assert trainer.budget_sampler.masks([prompt], [completion]) == [[False] * 2 + [True] * n_end + [False] * 3 + [True]]
+    rows = metrics(cfg)
+    assert any(r.get("budget/cut_share", 0) > 0 for r in rows) and any(r.get("budget/cap_mean") == 3 for r in rows)

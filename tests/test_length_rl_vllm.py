@@ -90,9 +90,10 @@ def colocated(student):
     root, model_dir = student
     cfg = GRPOVariantConfig(variant="baseline", model_name_or_path=str(model_dir), data_dir=str(root / "data"),
                             output_dir=str(root / "run"), n_prompts=8, max_steps=1, per_device_train_batch_size=4,
-                            num_generations=2, max_completion_length=8, use_cpu=True, bf16=False, report_to="none",
+                            num_generations=2, max_completion_length=12, use_cpu=True, bf16=False, report_to="none",
                             use_vllm=True, vllm_mode="colocate", vllm_max_model_length=1024, l_ref=4.0,
-                            save_strategy="no", trainable_parameters=["lm_head"], calculator=True)
+                            save_strategy="no", trainable_parameters=["lm_head"], calculator=True,
+                            budget_forcing=True, budget_caps="choice:2", budget_reply_reserve=2)
     trainer = build_trainer(cfg)
     return trainer, [[5, 17, 42, 99, 120, 7], [300, 12, 8, 250]]
 
@@ -141,3 +142,30 @@ def test_calculator_forces_sums_in_vllm_rollouts_and_reports_them_unscored(coloc
     # forced digits: NaN sampling log-probs (TRL's importance ratio 1); the policy's own tokens keep theirs
     assert all(math.isnan(top[0]) for top in logprobs[0][:forced])
     assert not any(math.isnan(top[0]) for top in logprobs[0][forced:] + logprobs[1])
+
+
+def test_budget_forced_vllm_rollouts_cut_at_the_cap_with_unscored_forced_tokens(colocated):
+    from livethink.data.budget_forcing import forced_mask
+
+    trainer, _ = colocated
+    sampler = trainer.budget_sampler
+    tokens = sampler.tokens
+    prompt = trainer.processing_class.encode("Is it waterproof?", add_special_tokens=False) + list(tokens.start) + [5]
+    sampler.active = True  # the trainer turns it on around its own training rollouts
+    try:
+        _, completions, logprobs, _ = trainer.vllm_generation.generate(prompts=[prompt, prompt], images=None,
+                                                                       num_generations=1)
+    finally:
+        sampler.active = False
+    assert sampler.last == [2, 2]
+    n = len(tokens.forced_end)
+    for completion, lps in zip(completions, logprobs, strict=True):
+        # one thinking token was pre-filled: one more, the forced end, at most the 2-token reply reserve, then EOS
+        assert list(completion[1:1 + n]) == list(tokens.forced_end)
+        mask = forced_mask(prompt, completion, 2, tokens, reply_reserve=2)
+        assert mask[1:1 + n] == [True] * n and not mask[0]
+        assert all(math.isnan(top[0]) == forced for top, forced in zip(lps, mask, strict=True))
+    assert len(completions[0]) <= 1 + n + 3
+    # outside training rollouts the engine is not cut
+    plain = _greedy_vllm(trainer.vllm_generation.llm, [prompt], 8)[0]
+    assert plain[1:1 + n] != list(tokens.forced_end) or plain[0] in tokens.close

@@ -74,6 +74,22 @@ class GRPOVariantConfig(*option_classes(), GRPOConfig):
     calculator: bool = field(default=False, metadata={
         "help": "calculator-assisted rollouts (livethink.calculator): the digits after a sum's '=' are computed; "
                 "transformers or colocated vLLM rollouts"})
+    # budget-forced rollouts (livethink.length_rl.budget_rollouts): trained for the server's cut
+    budget_forcing: bool = field(default=False, metadata={
+        "help": "cut each rollout's thinking at a drawn cap as the server does (forced end, reply reserve); the "
+                "forced reply is scored by the variant's rewards, the forced tokens leave the loss"})
+    budget_caps: str = field(default="auto", metadata={
+        "help": "thinking caps to draw: auto (0 to what budget_deadline_ms holds at budget_tpot_ms), "
+                "uniform:LO:HI or choice:A,B,..."})
+    budget_uncapped_share: float = field(default=0.0, metadata={"help": "share of rollouts drawn with no cap"})
+    budget_deadline_ms: float = field(default=1000.0, metadata={"help": "auto caps: the serving deadline"})
+    budget_tpot_ms: float = field(default=4.0, metadata={
+        "help": "auto caps: the served student's decode time per token (livethink eval's latency probes)"})
+    budget_ttft_ms: float = field(default=50.0, metadata={"help": "auto caps: its time to first token"})
+    budget_overhead_ms: float = field(default=50.0, metadata={
+        "help": "auto caps: the server's margin_ms + finalize_ms"})
+    budget_reply_reserve: int = field(default=48, metadata={"help": "tokens the reply gets after a cut (the server's "
+                                                                    "budget.reply_reserve)"})
     # rollouts on CPU
     vllm_cpu_kvcache_gb: int = field(default=1, metadata={"help": "VLLM_CPU_KVCACHE_SPACE for colocated vLLM on CPU"})
     vllm_cpu_unsafe_moe_sync: bool = field(default=False, metadata={
@@ -100,6 +116,8 @@ class GRPOVariantConfig(*option_classes(), GRPOConfig):
             from livethink.length_rl.vllm_calculator import calculator_generation_kwargs
 
             self.generation_kwargs = calculator_generation_kwargs(self.generation_kwargs)
+        if self.budget_forcing:
+            self.budget_distribution(forced_end_tokens=0)  # validates; the trainer checks the exact token counts
         local_generation = self.per_device_train_batch_size * self.steps_per_generation
         if local_generation % self.num_generations:
             raise ValueError(
@@ -112,6 +130,23 @@ class GRPOVariantConfig(*option_classes(), GRPOConfig):
                                  "LoRA trains its adapters only (pass --trainable_parameters @all to clear a YAML's)")
             self.trainable_parameters = None
             self.lora_settings()  # validates the lora_* fields
+
+    def budget_distribution(self, forced_end_tokens: int):
+        """The rollouts' thinking caps (``CapDistribution``); ``forced_end_tokens``: the forced end's length, for
+        ``auto`` and for the check that a cut rollout's reply fits in ``max_completion_length``."""
+        from livethink.length_rl.budget_rollouts import CapDistribution, deadline_thinking_cap
+
+        high = deadline_thinking_cap(self.budget_deadline_ms, self.budget_tpot_ms, self.budget_ttft_ms,
+                                     self.budget_overhead_ms, self.budget_reply_reserve, forced_end_tokens)
+        dist = CapDistribution.parse(self.budget_caps, high, self.budget_uncapped_share)
+        if self.budget_reply_reserve < 1:
+            raise ValueError(f"budget_reply_reserve must be >= 1, got {self.budget_reply_reserve}")
+        need = dist.max_cap + forced_end_tokens + self.budget_reply_reserve + 2  # + the start delimiter, EOS
+        if need > self.max_completion_length:
+            raise ValueError(f"budget_caps: the largest cap {dist.max_cap} + forced end ({forced_end_tokens}) + "
+                             f"budget_reply_reserve {self.budget_reply_reserve} needs max_completion_length >= {need}, "
+                             f"got {self.max_completion_length}")
+        return dist
 
     def lora_settings(self):
         """The ``lora_*`` fields as ``LoraSettings`` (``to_peft_config`` makes the ``peft.LoraConfig``)."""

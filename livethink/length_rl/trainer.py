@@ -29,7 +29,7 @@ from livethink.length_rl.advantages import zero_std_groups
 from livethink.length_rl.callbacks import MetricsCallback
 from livethink.length_rl.config import GRPOVariantConfig
 from livethink.length_rl.rewards import CORRECTNESS, HELPFULNESS, RewardContext, Scored
-from livethink.length_rl.trl_compat import GRPOHooks
+from livethink.length_rl.trl_compat import GRPOHooks, patch_llm_constructor
 
 logger = logging.getLogger(__name__)
 STATE_FILE = "length_rl_state.json"
@@ -71,17 +71,35 @@ def router_logits_off(model):
             config.output_router_logits = saved
 
 
+@contextmanager
+def colocated_logits_processors(cfg: Any):
+    """While TRL builds its colocated vLLM engine, it gets the logits processors the rollouts need (calculator,
+    budget forcing); each acts only on requests that ask for it."""
+    processors: list[type] = []
+    if getattr(cfg, "use_vllm", False) and getattr(cfg, "calculator", False):
+        from livethink.calculator.vllm_processor import VLLMCalculatorLogitsProcessor
+
+        processors.append(VLLMCalculatorLogitsProcessor)
+    if getattr(cfg, "use_vllm", False) and getattr(cfg, "budget_forcing", False):
+        from livethink.length_rl.vllm_budget_forcing import VLLMBudgetForcingLogitsProcessor
+
+        processors.append(VLLMBudgetForcingLogitsProcessor)
+    if not processors:
+        yield
+        return
+    with patch_llm_constructor(logits_processors=processors):
+        yield
+
+
 class LengthRLTrainer(GRPOHooks):
     """GRPO with one of the registered length-compression variants (``args.variant``)."""
 
     def __init__(self, *args: Any, reward_context: RewardContext | None = None, **kwargs: Any):
-        from livethink.length_rl.vllm_calculator import calculator_in_colocated_llm
         from livethink.length_rl.vllm_sync import check_cpu_colocate
 
         args_in = kwargs.get("args")
         check_cpu_colocate(args_in, kwargs.get("model"))
-        with calculator_in_colocated_llm(enabled=bool(getattr(args_in, "calculator", False)
-                                                      and getattr(args_in, "use_vllm", False))):
+        with colocated_logits_processors(args_in):
             super().__init__(*args, **kwargs)
         cfg: GRPOVariantConfig = self.args
         self.variant = cfg.spec
@@ -101,6 +119,7 @@ class LengthRLTrainer(GRPOHooks):
             from livethink.models.freezing import freeze_routers
 
             logger.info("froze %d router parameters", freeze_routers(self.model))
+        self.budget_sampler = self._budget_sampler() if cfg.budget_forcing else None
         if cfg.calculator:
             from livethink.calculator.processors import result_char_token_ids, with_calculator
             from livethink.length_rl.vllm_calculator import patch_forced_logprobs
@@ -116,6 +135,46 @@ class LengthRLTrainer(GRPOHooks):
             patch_cpu_weight_sync(self.vllm_generation)
         self.add_callback(MetricsCallback(self))
         self.variant.setup(self)
+
+    def _budget_sampler(self):
+        """Budget-forced rollouts: the cap sampler, hooked into this trainer's generation (vLLM or transformers)."""
+        from livethink.data.budget_forcing import ForcingTokens
+        from livethink.data.reasoning_format import resolve
+        from livethink.length_rl.budget_rollouts import CapSampler, with_budget_forcing
+
+        cfg: GRPOVariantConfig = self.args
+        fmt, why = resolve("auto", self.text_tokenizer, cfg.model_name_or_path)
+        if not fmt.thinks:
+            raise ValueError(f"budget_forcing: the student's reasoning format is {fmt.describe()} ({why}); budget "
+                             "forcing cuts thinking, so the student must think")
+        tokens = ForcingTokens.of(self.text_tokenizer, fmt, eos=self.eos_token_ids[0])
+        dist = cfg.budget_distribution(forced_end_tokens=len(tokens.forced_end))
+        sampler = CapSampler(dist, tokens, cfg.budget_reply_reserve,
+                             torch.Generator().manual_seed(cfg.seed + 104729 * self.accelerator.process_index))
+        if self.use_vllm:
+            from livethink.length_rl.vllm_budget_forcing import patch_budget_requests
+
+            patch_budget_requests(self.vllm_generation, sampler)
+        else:
+            with_budget_forcing(self.model, sampler)
+        logger.info("budget-forced rollouts: caps %s..%s (%d values, %.0f%% uncapped), forced end %s, reply reserve %d",
+                    min(dist.caps), dist.max_cap, len(dist.caps), 100 * dist.uncapped_share, fmt.forced_end.encode(),
+                    cfg.budget_reply_reserve)
+        return sampler
+
+    def _mask_budget_forced_tokens(self, output: dict[str, Any]) -> None:
+        """Leave the tokens budget forcing wrote out of the loss, and log how often and where rollouts were cut."""
+        completion_ids, completion_mask = output["completion_ids"], output["completion_mask"]
+        prompts = [output["prompt_ids"][r][output["prompt_mask"][r].bool()].tolist() for r in range(len(completion_ids))]
+        completions = [completion_ids[r, : int(completion_mask[r].sum())].tolist() for r in range(len(completion_ids))]
+        forced = torch.zeros_like(completion_mask)
+        for row, mask in enumerate(self.budget_sampler.masks(prompts, completions)):
+            forced[row, : len(mask)] = torch.tensor(mask, dtype=forced.dtype)
+        keep = 1 - forced
+        output["tool_mask"] = keep if "tool_mask" not in output else output["tool_mask"] * keep
+        caps = [c for c in self.budget_sampler.last if c is not None]
+        self.log_metric("budget/cut_share", float((forced.sum(dim=1) > 0).float().mean()))
+        self.log_metric("budget/cap_mean", float(sum(caps) / len(caps)) if caps else float("nan"))
 
     # ----- helpers the variants use
     def column(self, name: str) -> int | None:
@@ -174,14 +233,22 @@ class LengthRLTrainer(GRPOHooks):
         factor = self.variant.oversample_factor(self) if training else None
         if factor is not None:
             inputs = list(inputs) + self._extra_prompts(n_local, factor)
-        with router_logits_off(self.model):
-            output = self.trl_generate_and_score(inputs)
+        if self.budget_sampler is not None:
+            self.budget_sampler.active = training  # only this trainer's own training rollouts are cut
+        try:
+            with router_logits_off(self.model):
+                output = self.trl_generate_and_score(inputs)
+        finally:
+            if self.budget_sampler is not None:
+                self.budget_sampler.active = False
+        if self.budget_sampler is not None and training:  # before any variant edit: rows still match the draw
+            self._mask_budget_forced_tokens(output)
         output = self.variant.postprocess_batch(self, output, len(inputs))
         if cfg.calculator and training:
             self._mask_calculator_tokens(output)
         if factor is not None:
             output = self._keep_informative_groups(output, len(inputs), n_local)
-        elif self.variant.masks_tokens or cfg.calculator:
+        elif self.variant.masks_tokens or cfg.calculator or self.budget_sampler is not None:
             output["num_items_in_batch"] = self._count_loss_tokens(output)
         return output
 

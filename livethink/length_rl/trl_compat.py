@@ -43,6 +43,8 @@ RECHECK: tuple[str, ...] = (
     "model's checkpoint conversion (transformers#43701)? If fixed, ConvertedResume can go",
     "trl.generation.vllm_generation.LLM (constructor patched for the calculator), VLLMGeneration.generate's 4-tuple, "
     "VLLMGeneration.sync_weights and _iter_named_params (CPU weight sync), VLLMGeneration.max_completion_length",
+    "VLLMGeneration.llm and its colocate call llm.generate(prompts, sampling_params=<one SamplingParams>) "
+    "(budget-forced rollouts give each prompt its own)",
 )
 
 
@@ -199,6 +201,19 @@ def wrap_vllm_generate(generation: Any, after: Callable[[tuple], tuple]) -> None
         return after(original(*args, **kwargs))
 
     generation.generate = types.MethodType(generate, generation)
+
+
+def wrap_colocated_llm_generate(generation: Any, sampling_params_for: Callable[[list, Any], Any]) -> None:
+    """The colocated engine's ``llm.generate(prompts, sampling_params=...)`` (TRL calls it with one
+    ``SamplingParams`` for all prompts) gets ``sampling_params_for(prompts, sampling_params)`` instead: one per
+    prompt, say."""
+    llm = generation.llm
+    original = llm.generate
+
+    def generate(prompts: Any, sampling_params: Any = None, *args: Any, **kwargs: Any) -> Any:
+        return original(prompts, sampling_params_for(list(prompts), sampling_params), *args, **kwargs)
+
+    llm.generate = generate
 
 
 def replace_weight_sync(generation: Any, sync: Callable[[Any], None]) -> None:

@@ -2,8 +2,8 @@
 
 Three pieces:
 
-- ``calculator_in_colocated_llm``: while the trainer builds its engine, TRL's ``LLM`` constructor gets livethink's
-  vLLM logits processor (``VLLMCalculatorLogitsProcessor``). It only acts on requests that ask for it.
+- the trainer builds TRL's engine with livethink's vLLM logits processor (``VLLMCalculatorLogitsProcessor``,
+  through ``trl_compat.patch_llm_constructor``). It only acts on requests that ask for it.
 - ``calculator_generation_kwargs``: each rollout request asks for it (``SamplingParams.extra_args``, passed through
   TRL's ``generation_kwargs``).
 - ``patch_forced_logprobs``: the digits the calculator forced come back with NaN sampling log-probs. TRL treats
@@ -16,24 +16,10 @@ Three pieces:
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 from livethink.calculator.processors import REQUEST_FLAG, forced_mask
-from livethink.length_rl.trl_compat import patch_llm_constructor, wrap_vllm_generate
-
-
-@contextmanager
-def calculator_in_colocated_llm(enabled: bool = True) -> Iterator[None]:
-    """Inside the block, engines that TRL's ``VLLMGeneration`` builds load the calculator logits processor."""
-    if not enabled:
-        yield
-        return
-    from livethink.calculator.vllm_processor import VLLMCalculatorLogitsProcessor
-
-    with patch_llm_constructor(logits_processors=[VLLMCalculatorLogitsProcessor]):
-        yield
+from livethink.length_rl.trl_compat import wrap_vllm_generate
 
 
 def calculator_generation_kwargs(generation_kwargs: dict[str, Any] | None) -> dict[str, Any]:
