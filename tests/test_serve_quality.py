@@ -1,6 +1,7 @@
 """Quality-aware admission: the thinking-cap curve and the floor it implies (pure, hand-computed), the floor
-read from a calibration beside the checkpoint, and the server shedding or falling back below it (real
-uvicorn on 127.0.0.1, fault-injection engine)."""
+read from a calibration beside the checkpoint, what a request below it gets (``auto`` from the curve, or as
+configured; pure, hand-computed), and the server shedding or falling back below it (real uvicorn on
+127.0.0.1, fault-injection engine)."""
 
 from __future__ import annotations
 
@@ -20,7 +21,13 @@ from livethink.eval.harness import thinking_cap_completions
 from livethink.eval.thinking_curve import build_curve, load_curve, min_thinking, parse_caps, save_curve
 from livethink.serve.app import create_app
 from livethink.serve.engines.base import FORCED_THINK_END
-from livethink.serve.quality import required_thinking
+from livethink.serve.quality import (
+    ThinkingFloor,
+    below_floor_action,
+    below_floor_summary,
+    forced_correct,
+    required_thinking,
+)
 
 pytestmark = pytest.mark.timeout(120)
 HTTP = httpx.Client(timeout=10)
@@ -60,6 +67,64 @@ def test_required_thinking():
     assert required_thinking(40, True, None) == 40
     assert required_thinking(40, True, 16) == 16  # the arm's own cap is lower: that is what it asked for
     assert required_thinking(40, False, None) == 0 and required_thinking(0, True, None) == 0
+
+
+def test_forced_correct_reads_the_curve_at_the_cap():
+    caps, correct = (0, 32, 64, 128), (0.0, 0.2, 0.3, 0.5)
+    assert [forced_correct(caps, correct, c) for c in (0, 32, 64, 128)] == [0.0, 0.2, 0.3, 0.5]  # measured
+    assert forced_correct(caps, correct, 16) == pytest.approx(0.1)  # halfway between 0.0 and 0.2
+    assert forced_correct(caps, correct, 48) == pytest.approx(0.25)
+    assert forced_correct(caps, correct, 96) == pytest.approx(0.4)
+    assert forced_correct(caps, correct, 1) == pytest.approx(0.2 / 32)  # one token past a 0.0: > 0
+    assert forced_correct(caps, correct, 500) == 0.5  # past the last cap: its share
+    assert forced_correct((16, 32), (0.1, 0.3), 0) == 0.1  # before the first cap: its share
+    assert forced_correct((16, 32), (0.1, 0.3), 24) == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="one correct share per cap"):
+        forced_correct((0, 32), (0.1,), 8)
+
+
+def _floor(tokens, caps, correct, n_tasks=120, split="validation"):
+    curve = build_curve(caps, correct, correct, correct[-1], correct[-1], 0.9, n_tasks, split)
+    return ThinkingFloor(tokens, "calibration", "m/thinking_calibration.json", curve)
+
+
+def test_auto_answers_while_a_forced_reply_can_be_right_else_falls_back():
+    floor = _floor(128, (0, 32, 64, 128), (0.0, 0.2, 0.3, 0.5))
+    at64 = below_floor_action("auto", floor, 64)
+    assert at64.action == "answer"
+    assert at64.why == ("forced reply 30.0% correct at cap 64 (m/thinking_calibration.json, 120 validation tasks) "
+                        "> 0 for shed/fallback")
+    at16 = below_floor_action("auto", floor, 16)
+    assert at16.action == "answer" and at16.why.startswith("forced reply 10.0% correct at cap 16 (")
+    assert "interpolated between caps 0 and 32" in at16.why
+    at0 = below_floor_action("auto", floor, 0)  # the curve: a forced reply with no thinking is never right
+    assert at0.action == "fallback" and at0.why.startswith("forced reply 0.0% correct at cap 0 (m/thinking")
+    for setting in ("shed", "fallback", "answer"):  # configured: taken as it is, whatever the curve says
+        assert below_floor_action(setting, floor, 0).action == setting
+        assert below_floor_action(setting, floor, 64).action == setting
+    configured = below_floor_action("auto", ThinkingFloor(64, "config"), 0)  # no curve: answer
+    assert configured.action == "answer" and "no thinking calibration (the floor is set in the config)" in configured.why
+
+
+def test_below_floor_summary_over_every_cap_under_the_floor():
+    drpo = _floor(192, (0, 32, 64, 128, 192, 256), (0.1333, 0.15, 0.2917, 0.525, 0.5917, 0.5917))
+    s = below_floor_summary("auto", drpo)
+    assert (s["setting"], s["action"]) == ("auto", "answer")
+    assert s["why"] == ("forced replies 13.3% correct at cap 0, 15.0% at cap 32, 29.2% at cap 64, 52.5% at cap 128 "
+                        "(m/thinking_calibration.json, 120 validation tasks) > 0 for shed/fallback: answer below "
+                        "the 192-token floor")
+    mixed = below_floor_summary("auto", _floor(128, (0, 32, 64, 128), (0.0, 0.0, 0.3, 0.5)))
+    assert mixed["action"] == "answer_or_fallback"  # 0.0 from cap 0 to 32, then > 0 (interpolated) up to 127
+    assert mixed["why"].startswith("fallback at caps 0-32 (forced replies 0.0% correct there), answer at the other")
+    gaps = below_floor_summary("auto", _floor(6, (0, 2, 3, 5, 6), (0.0, 0.0, 0.1, 0.0, 0.2)))
+    assert gaps["why"].startswith("fallback at caps 0-2, 5 (")  # cap 4: halfway between 0.1 and 0.0
+    never = below_floor_summary("auto", _floor(64, (0, 32, 64, 96), (0.0, 0.0, 0.0, 0.4)))
+    assert never["action"] == "fallback" and never["why"].startswith(
+        "forced replies 0.0% correct at every cap below the 64-token floor (m/thinking_calibration.json")
+    assert below_floor_summary("shed", drpo)["action"] == "shed"
+    assert below_floor_summary("auto", ThinkingFloor(64, "config"))["action"] == "answer"
+    none = below_floor_summary("shed", ThinkingFloor(0, "none"))
+    assert none["action"] == "answer" and none["why"].startswith("no thinking floor")
 
 
 def test_budget_forced_starts_cut_long_reasoning_and_keep_short():
