@@ -1,9 +1,11 @@
 """Quality-aware admission: the thinking-cap curve and the floor it implies (pure, hand-computed), the floor
 read from a calibration beside the checkpoint, what a request below it gets (``auto`` from the curve, or as
-configured; pure, hand-computed), and the server shedding or falling back below it (real uvicorn on
+configured; pure, hand-computed), and the server shedding, falling back or answering below it (real uvicorn on
 127.0.0.1, fault-injection engine)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import httpx
 import pytest
@@ -20,6 +22,7 @@ from serve_fixtures import (
 from livethink.eval.harness import thinking_cap_completions
 from livethink.eval.thinking_curve import build_curve, load_curve, min_thinking, parse_caps, save_curve
 from livethink.serve.app import create_app
+from livethink.serve.config import EndpointConfig, EndpointsConfig, load_config
 from livethink.serve.engines.base import FORCED_THINK_END
 from livethink.serve.quality import (
     ThinkingFloor,
@@ -31,6 +34,7 @@ from livethink.serve.quality import (
 
 pytestmark = pytest.mark.timeout(120)
 HTTP = httpx.Client(timeout=10)
+ROOT = Path(__file__).resolve().parents[1]
 LIVE = "/v1/livestream/reply"
 CHAT_BODY = {"model": "rft", "messages": [{"role": "user", "content": "How much is the hoodie?"}]}
 
@@ -127,6 +131,16 @@ def test_below_floor_summary_over_every_cap_under_the_floor():
     assert none["action"] == "answer" and none["why"].startswith("no thinking floor")
 
 
+def test_auto_is_the_default_below_the_floor_and_in_every_shipped_serve_config():
+    assert EndpointConfig().below_min_thinking == "auto"
+    assert EndpointsConfig().livestream.below_min_thinking == EndpointsConfig().chat.below_min_thinking == "auto"
+    shipped = sorted(ROOT.glob("configs/*/serve.yaml"))
+    assert len(shipped) >= 3
+    for path in shipped:
+        endpoints = load_config(path).endpoints
+        assert (endpoints.livestream.below_min_thinking, endpoints.chat.below_min_thinking) == ("auto", "auto"), path
+
+
 def test_budget_forced_starts_cut_long_reasoning_and_keep_short():
     tok = load_tokenizer(tiny_student_dir())
     long_reasoning = "the hoodie costs 39 and ships in 2 days so the answer is 39"
@@ -161,10 +175,11 @@ def calibrated(tmp_path_factory):
     return d
 
 
-def test_floor_from_the_calibration_is_shown_and_a_tight_deadline_falls_back_or_sheds(calibrated):
+def test_floor_from_the_calibration_is_shown_and_a_tight_deadline_falls_back_or_sheds_as_configured(calibrated):
     tok = load_tokenizer(tiny_student_dir())
     engine = SlowEngine(tok, token_s=0.004, think_words=40)
-    server = _serve(calibrated, engine, **{"budget.cold_factor": 1.0})
+    server = _serve(calibrated, engine, **{"budget.cold_factor": 1.0, "endpoints.livestream.below_min_thinking": "fallback",
+                                            "endpoints.chat.below_min_thinking": "shed"})  # fmt: skip
     try:
         card = HTTP.get(f"{server.url}/v1/models").json()["data"][0]
         assert (card["min_thinking_tokens"], card["min_thinking_source"]) == (200, "calibration")
@@ -189,6 +204,45 @@ def test_floor_from_the_calibration_is_shown_and_a_tight_deadline_falls_back_or_
         # a generous deadline gets the floor
         r = HTTP.post(f"{server.url}{LIVE}", json={**LIVE_BODY, "deadline_ms": 5000}).json()
         assert not r["fallback"] and r["budget"]["thinking_cap"] >= 200
+    finally:
+        server.close()
+
+
+def test_auto_answers_where_the_curve_says_a_forced_reply_can_be_right_and_health_says_why(tmp_path):
+    """Default ``auto``, a curve at 0.0 up to cap 100: a cap near 0 gets the fallback reply, a cap of about 150
+    a forced reply; ``/health`` says what each endpoint does below the floor, the metrics what was done."""
+    import shutil
+
+    d = tmp_path / "student"
+    shutil.copytree(tiny_student_dir(), d)
+    save_curve(build_curve((0, 100, 200), (0.0, 0.0, 0.4), (0.3, 0.6, 0.8), 0.42, 0.8, 0.9, 30, "validation"), d)
+    tok = load_tokenizer(tiny_student_dir())
+    engine = SlowEngine(tok, token_s=0.004, think_words=40)
+    server = _serve(d, engine, **{"budget.cold_factor": 1.0})
+    try:
+        below = HTTP.get(f"{server.url}/health").json()["below_min_thinking"]
+        assert set(below) == {"livestream", "chat"} and below["livestream"] == below["chat"]
+        live = below["livestream"]["rft"]
+        assert (live["setting"], live["action"]) == ("auto", "answer_or_fallback")
+        assert live["why"] == (
+            "fallback at caps 0-100 (forced replies 0.0% correct there), answer at the other caps below the "
+            f"200-token floor: forced replies 0.0% correct at cap 0, 0.0% at cap 100 ({d / 'thinking_calibration.json'}, "
+            "30 validation tasks)")
+        controller = server.app.state.service.controller
+        for _ in range(controller.estimators["rft"].settings.cold_observations):  # ~11 ms per token
+            controller.observe("rft", load=1, ttft_s=0.01, tpot_s=0.011, service_s=0.5)
+        started = engine.started
+        r = HTTP.post(f"{server.url}{LIVE}", json={**LIVE_BODY, "deadline_ms": 600}).json()  # a cap of a few tokens
+        assert r["fallback"] and r["fallback_reason"] == "below_min_thinking" and r["deadline_met"]
+        assert engine.started == started
+        r = HTTP.post(f"{server.url}{LIVE}", json={**LIVE_BODY, "deadline_ms": 2300}).json()  # a cap of ~150
+        assert not r["fallback"] and r["fallback_reason"] is None and r["deadline_met"]
+        assert 100 < r["budget"]["thinking_cap"] < 200
+        metrics = HTTP.get(f"{server.url}/metrics").text
+        for action in ("fallback", "answer"):
+            assert (f'livethink_below_min_thinking_total{{action="{action}",arm="none",endpoint="livestream",'
+                    f'model="rft"}} 1.0') in metrics
+        assert 'reason="below_min_thinking"' not in metrics  # nothing shed
     finally:
         server.close()
 
