@@ -258,19 +258,30 @@ def test_dry_run_and_doctor_show_each_floor_and_its_source(calibrated, tmp_path,
     cfg = make_config(calibrated).model_dump(mode="json", exclude_none=True)
     cfg["models"]["fixed"] = {"path": str(tiny_student_dir()), "min_thinking_tokens": 64}
     cfg["models"]["bare"] = {"path": str(tiny_student_dir())}
+    cfg["endpoints"] = {"chat": {"below_min_thinking": "shed"}}
     path = tmp_path / "serve.yaml"
     path.write_text(yaml.safe_dump(cfg))
     assert serve_main(["--config", str(path), "--dry-run"]) == 0
-    models = json.loads(capsys.readouterr().out)["models"]
+    report = json.loads(capsys.readouterr().out)
+    models = report["models"]
     assert models["rft"]["thinking_floor"] == {
         "min_thinking_tokens": 200, "min_thinking_source": "calibration",
         "thinking_calibration": str(calibrated / "thinking_calibration.json")}  # fmt: skip
     assert models["fixed"]["thinking_floor"]["min_thinking_source"] == "config"
     assert models["bare"]["thinking_floor"] == {"min_thinking_tokens": 0, "min_thinking_source": "none"}
-    floors = {line.split()[1]: line for line in serve_report(str(path)) if line.startswith("floor")}
+    below = report["below_min_thinking"]  # the shape of /health's
+    assert below["livestream"]["rft"]["action"] == "answer_or_fallback"  # the curve: 0.0 at cap 0, 0.2 at 100
+    assert below["livestream"]["rft"]["why"].startswith("fallback at caps 0 (forced replies 0.0% correct there)")
+    assert below["chat"]["fixed"] == {"setting": "shed", "action": "shed", "why": (
+        "configured; 429 at admission, the fallback reply when the wait for an engine slot ate the floor")}
+    assert below["livestream"]["fixed"]["action"] == "answer"  # auto, a configured floor: no curve to read
+    lines = serve_report(str(path))
+    floors = {line.split()[1]: line for line in lines if line.startswith("floor")}
     assert floors["rft"].startswith("floor rft    200 thinking tokens (calibrated: ")
     assert floors["fixed"] == "floor fixed  64 thinking tokens (min_thinking_tokens in the config)"
     assert floors["bare"].startswith("floor bare   none")
+    assert "below rft    livestream: answer_or_fallback (below_min_thinking: auto; fallback at caps 0 (" in "\n".join(lines)
+    assert "below fixed  chat: shed (below_min_thinking: shed; configured; 429 at admission, " in "\n".join(lines)
     # a calibration that does not parse is a problem named by model, not a crash
     (calibrated / "thinking_calibration.json").rename(tmp_path / "kept.json")
     try:
