@@ -1,5 +1,6 @@
 """`livethink doctor [--config configs/tiny/serve.yaml]`: what is installed, what hardware there is, which engine
-serving will use and why, and (with a serve config) each model's reasoning format and where it came from."""
+serving will use and why, and (with a serve config) each model's reasoning format and where it came from, its
+thinking floor, and what a request below the floor gets on each endpoint, and why."""
 
 from __future__ import annotations
 
@@ -28,13 +29,13 @@ def engine_choice() -> str:
 
 
 def serve_report(config_path: str) -> list[str]:
-    """Lines about a serve config: the engine ``engine.kind`` leads to (and why), each model's reasoning format
-    and thinking floor (``livethink.serve.quality``)."""
+    """Lines about a serve config: the engine ``engine.kind`` leads to (and why), each model's reasoning format,
+    thinking floor and what a request below it gets per endpoint, and why (``livethink.serve.quality``)."""
     from livethink.data.reasoning_format import resolve
     from livethink.engines import kv_cache_env
     from livethink.models.loading import load_tokenizer_for
     from livethink.serve.config import load_config
-    from livethink.serve.quality import floor_for
+    from livethink.serve.quality import below_floor_summary, floor_for
 
     config = load_config(config_path)
     lines = []
@@ -60,9 +61,14 @@ def serve_report(config_path: str) -> list[str]:
         except Exception as exc:  # noqa: BLE001 - report, don't crash: doctor is a diagnosis
             lines.append(f"model {name:<6} {path}: cannot read ({type(exc).__name__}: {exc})")
         try:
-            lines.append(f"floor {name:<6} {floor_for(config, name).describe()}")
+            floor = floor_for(config, name)
         except ValueError as exc:
             lines.append(f"floor {name:<6} cannot read the thinking calibration: {exc}")
+            continue
+        lines.append(f"floor {name:<6} {floor.describe()}")
+        for ep in ("livestream", "chat"):
+            s = below_floor_summary(getattr(config.endpoints, ep).below_min_thinking, floor)
+            lines.append(f"below {name:<6} {ep}: {s['action']} (below_min_thinking: {s['setting']}; {s['why']})")
     return lines
 
 

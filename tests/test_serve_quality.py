@@ -1,8 +1,11 @@
 """Quality-aware admission: the thinking-cap curve and the floor it implies (pure, hand-computed), the floor
-read from a calibration beside the checkpoint, and the server shedding or falling back below it (real
-uvicorn on 127.0.0.1, fault-injection engine)."""
+read from a calibration beside the checkpoint, what a request below it gets (``auto`` from the curve, or as
+configured; pure, hand-computed), and the server shedding, falling back or answering below it (real uvicorn on
+127.0.0.1, fault-injection engine)."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import httpx
 import pytest
@@ -19,11 +22,19 @@ from serve_fixtures import (
 from livethink.eval.harness import thinking_cap_completions
 from livethink.eval.thinking_curve import build_curve, load_curve, min_thinking, parse_caps, save_curve
 from livethink.serve.app import create_app
+from livethink.serve.config import EndpointConfig, EndpointsConfig, load_config
 from livethink.serve.engines.base import FORCED_THINK_END
-from livethink.serve.quality import required_thinking
+from livethink.serve.quality import (
+    ThinkingFloor,
+    below_floor_action,
+    below_floor_summary,
+    forced_correct,
+    required_thinking,
+)
 
 pytestmark = pytest.mark.timeout(120)
 HTTP = httpx.Client(timeout=10)
+ROOT = Path(__file__).resolve().parents[1]
 LIVE = "/v1/livestream/reply"
 CHAT_BODY = {"model": "rft", "messages": [{"role": "user", "content": "How much is the hoodie?"}]}
 
@@ -62,6 +73,74 @@ def test_required_thinking():
     assert required_thinking(40, False, None) == 0 and required_thinking(0, True, None) == 0
 
 
+def test_forced_correct_reads_the_curve_at_the_cap():
+    caps, correct = (0, 32, 64, 128), (0.0, 0.2, 0.3, 0.5)
+    assert [forced_correct(caps, correct, c) for c in (0, 32, 64, 128)] == [0.0, 0.2, 0.3, 0.5]  # measured
+    assert forced_correct(caps, correct, 16) == pytest.approx(0.1)  # halfway between 0.0 and 0.2
+    assert forced_correct(caps, correct, 48) == pytest.approx(0.25)
+    assert forced_correct(caps, correct, 96) == pytest.approx(0.4)
+    assert forced_correct(caps, correct, 1) == pytest.approx(0.2 / 32)  # one token past a 0.0: > 0
+    assert forced_correct(caps, correct, 500) == 0.5  # past the last cap: its share
+    assert forced_correct((16, 32), (0.1, 0.3), 0) == 0.1  # before the first cap: its share
+    assert forced_correct((16, 32), (0.1, 0.3), 24) == pytest.approx(0.2)
+    with pytest.raises(ValueError, match="one correct share per cap"):
+        forced_correct((0, 32), (0.1,), 8)
+
+
+def _floor(tokens, caps, correct, n_tasks=120, split="validation"):
+    curve = build_curve(caps, correct, correct, correct[-1], correct[-1], 0.9, n_tasks, split)
+    return ThinkingFloor(tokens, "calibration", "m/thinking_calibration.json", curve)
+
+
+def test_auto_answers_while_a_forced_reply_can_be_right_else_falls_back():
+    floor = _floor(128, (0, 32, 64, 128), (0.0, 0.2, 0.3, 0.5))
+    at64 = below_floor_action("auto", floor, 64)
+    assert at64.action == "answer"
+    assert at64.why == ("forced reply 30.0% correct at cap 64 (m/thinking_calibration.json, 120 validation tasks) "
+                        "> 0 for shed/fallback")
+    at16 = below_floor_action("auto", floor, 16)
+    assert at16.action == "answer" and at16.why.startswith("forced reply 10.0% correct at cap 16 (")
+    assert "interpolated between caps 0 and 32" in at16.why
+    at0 = below_floor_action("auto", floor, 0)  # the curve: a forced reply with no thinking is never right
+    assert at0.action == "fallback" and at0.why.startswith("forced reply 0.0% correct at cap 0 (m/thinking")
+    for setting in ("shed", "fallback", "answer"):  # configured: taken as it is, whatever the curve says
+        assert below_floor_action(setting, floor, 0).action == setting
+        assert below_floor_action(setting, floor, 64).action == setting
+    configured = below_floor_action("auto", ThinkingFloor(64, "config"), 0)  # no curve: answer
+    assert configured.action == "answer" and "no thinking calibration (the floor is set in the config)" in configured.why
+
+
+def test_below_floor_summary_over_every_cap_under_the_floor():
+    drpo = _floor(192, (0, 32, 64, 128, 192, 256), (0.1333, 0.15, 0.2917, 0.525, 0.5917, 0.5917))
+    s = below_floor_summary("auto", drpo)
+    assert (s["setting"], s["action"]) == ("auto", "answer")
+    assert s["why"] == ("forced replies 13.3% correct at cap 0, 15.0% at cap 32, 29.2% at cap 64, 52.5% at cap 128 "
+                        "(m/thinking_calibration.json, 120 validation tasks) > 0 for shed/fallback: answer below "
+                        "the 192-token floor")
+    mixed = below_floor_summary("auto", _floor(128, (0, 32, 64, 128), (0.0, 0.0, 0.3, 0.5)))
+    assert mixed["action"] == "answer_or_fallback"  # 0.0 from cap 0 to 32, then > 0 (interpolated) up to 127
+    assert mixed["why"].startswith("fallback at caps 0-32 (forced replies 0.0% correct there), answer at the other")
+    gaps = below_floor_summary("auto", _floor(6, (0, 2, 3, 5, 6), (0.0, 0.0, 0.1, 0.0, 0.2)))
+    assert gaps["why"].startswith("fallback at caps 0-2, 5 (")  # cap 4: halfway between 0.1 and 0.0
+    never = below_floor_summary("auto", _floor(64, (0, 32, 64, 96), (0.0, 0.0, 0.0, 0.4)))
+    assert never["action"] == "fallback" and never["why"].startswith(
+        "forced replies 0.0% correct at every cap below the 64-token floor (m/thinking_calibration.json")
+    assert below_floor_summary("shed", drpo)["action"] == "shed"
+    assert below_floor_summary("auto", ThinkingFloor(64, "config"))["action"] == "answer"
+    none = below_floor_summary("shed", ThinkingFloor(0, "none"))
+    assert none["action"] == "answer" and none["why"].startswith("no thinking floor")
+
+
+def test_auto_is_the_default_below_the_floor_and_in_every_shipped_serve_config():
+    assert EndpointConfig().below_min_thinking == "auto"
+    assert EndpointsConfig().livestream.below_min_thinking == EndpointsConfig().chat.below_min_thinking == "auto"
+    shipped = sorted(ROOT.glob("configs/*/serve.yaml"))
+    assert len(shipped) >= 3
+    for path in shipped:
+        endpoints = load_config(path).endpoints
+        assert (endpoints.livestream.below_min_thinking, endpoints.chat.below_min_thinking) == ("auto", "auto"), path
+
+
 def test_budget_forced_starts_cut_long_reasoning_and_keep_short():
     tok = load_tokenizer(tiny_student_dir())
     long_reasoning = "the hoodie costs 39 and ships in 2 days so the answer is 39"
@@ -96,10 +175,11 @@ def calibrated(tmp_path_factory):
     return d
 
 
-def test_floor_from_the_calibration_is_shown_and_a_tight_deadline_falls_back_or_sheds(calibrated):
+def test_floor_from_the_calibration_is_shown_and_a_tight_deadline_falls_back_or_sheds_as_configured(calibrated):
     tok = load_tokenizer(tiny_student_dir())
     engine = SlowEngine(tok, token_s=0.004, think_words=40)
-    server = _serve(calibrated, engine, **{"budget.cold_factor": 1.0})
+    server = _serve(calibrated, engine, **{"budget.cold_factor": 1.0, "endpoints.livestream.below_min_thinking": "fallback",
+                                            "endpoints.chat.below_min_thinking": "shed"})  # fmt: skip
     try:
         card = HTTP.get(f"{server.url}/v1/models").json()["data"][0]
         assert (card["min_thinking_tokens"], card["min_thinking_source"]) == (200, "calibration")
@@ -128,6 +208,45 @@ def test_floor_from_the_calibration_is_shown_and_a_tight_deadline_falls_back_or_
         server.close()
 
 
+def test_auto_answers_where_the_curve_says_a_forced_reply_can_be_right_and_health_says_why(tmp_path):
+    """Default ``auto``, a curve at 0.0 up to cap 100: a cap near 0 gets the fallback reply, a cap of about 150
+    a forced reply; ``/health`` says what each endpoint does below the floor, the metrics what was done."""
+    import shutil
+
+    d = tmp_path / "student"
+    shutil.copytree(tiny_student_dir(), d)
+    save_curve(build_curve((0, 100, 200), (0.0, 0.0, 0.4), (0.3, 0.6, 0.8), 0.42, 0.8, 0.9, 30, "validation"), d)
+    tok = load_tokenizer(tiny_student_dir())
+    engine = SlowEngine(tok, token_s=0.004, think_words=40)
+    server = _serve(d, engine, **{"budget.cold_factor": 1.0})
+    try:
+        below = HTTP.get(f"{server.url}/health").json()["below_min_thinking"]
+        assert set(below) == {"livestream", "chat"} and below["livestream"] == below["chat"]
+        live = below["livestream"]["rft"]
+        assert (live["setting"], live["action"]) == ("auto", "answer_or_fallback")
+        assert live["why"] == (
+            "fallback at caps 0-100 (forced replies 0.0% correct there), answer at the other caps below the "
+            f"200-token floor: forced replies 0.0% correct at cap 0, 0.0% at cap 100 ({d / 'thinking_calibration.json'}, "
+            "30 validation tasks)")
+        controller = server.app.state.service.controller
+        for _ in range(controller.estimators["rft"].settings.cold_observations):  # ~11 ms per token
+            controller.observe("rft", load=1, ttft_s=0.01, tpot_s=0.011, service_s=0.5)
+        started = engine.started
+        r = HTTP.post(f"{server.url}{LIVE}", json={**LIVE_BODY, "deadline_ms": 600}).json()  # a cap of a few tokens
+        assert r["fallback"] and r["fallback_reason"] == "below_min_thinking" and r["deadline_met"]
+        assert engine.started == started
+        r = HTTP.post(f"{server.url}{LIVE}", json={**LIVE_BODY, "deadline_ms": 2300}).json()  # a cap of ~150
+        assert not r["fallback"] and r["fallback_reason"] is None and r["deadline_met"]
+        assert 100 < r["budget"]["thinking_cap"] < 200
+        metrics = HTTP.get(f"{server.url}/metrics").text
+        for action in ("fallback", "answer"):
+            assert (f'livethink_below_min_thinking_total{{action="{action}",arm="none",endpoint="livestream",'
+                    f'model="rft"}} 1.0') in metrics
+        assert 'reason="below_min_thinking"' not in metrics  # nothing shed
+    finally:
+        server.close()
+
+
 def test_dry_run_and_doctor_show_each_floor_and_its_source(calibrated, tmp_path, capsys):
     import json
 
@@ -139,19 +258,30 @@ def test_dry_run_and_doctor_show_each_floor_and_its_source(calibrated, tmp_path,
     cfg = make_config(calibrated).model_dump(mode="json", exclude_none=True)
     cfg["models"]["fixed"] = {"path": str(tiny_student_dir()), "min_thinking_tokens": 64}
     cfg["models"]["bare"] = {"path": str(tiny_student_dir())}
+    cfg["endpoints"] = {"chat": {"below_min_thinking": "shed"}}
     path = tmp_path / "serve.yaml"
     path.write_text(yaml.safe_dump(cfg))
     assert serve_main(["--config", str(path), "--dry-run"]) == 0
-    models = json.loads(capsys.readouterr().out)["models"]
+    report = json.loads(capsys.readouterr().out)
+    models = report["models"]
     assert models["rft"]["thinking_floor"] == {
         "min_thinking_tokens": 200, "min_thinking_source": "calibration",
         "thinking_calibration": str(calibrated / "thinking_calibration.json")}  # fmt: skip
     assert models["fixed"]["thinking_floor"]["min_thinking_source"] == "config"
     assert models["bare"]["thinking_floor"] == {"min_thinking_tokens": 0, "min_thinking_source": "none"}
-    floors = {line.split()[1]: line for line in serve_report(str(path)) if line.startswith("floor")}
+    below = report["below_min_thinking"]  # the shape of /health's
+    assert below["livestream"]["rft"]["action"] == "answer_or_fallback"  # the curve: 0.0 at cap 0, 0.2 at 100
+    assert below["livestream"]["rft"]["why"].startswith("fallback at caps 0 (forced replies 0.0% correct there)")
+    assert below["chat"]["fixed"] == {"setting": "shed", "action": "shed", "why": (
+        "configured; 429 at admission, the fallback reply when the wait for an engine slot ate the floor")}
+    assert below["livestream"]["fixed"]["action"] == "answer"  # auto, a configured floor: no curve to read
+    lines = serve_report(str(path))
+    floors = {line.split()[1]: line for line in lines if line.startswith("floor")}
     assert floors["rft"].startswith("floor rft    200 thinking tokens (calibrated: ")
     assert floors["fixed"] == "floor fixed  64 thinking tokens (min_thinking_tokens in the config)"
     assert floors["bare"].startswith("floor bare   none")
+    assert "below rft    livestream: answer_or_fallback (below_min_thinking: auto; fallback at caps 0 (" in "\n".join(lines)
+    assert "below fixed  chat: shed (below_min_thinking: shed; configured; 429 at admission, " in "\n".join(lines)
     # a calibration that does not parse is a problem named by model, not a crash
     (calibrated / "thinking_calibration.json").rename(tmp_path / "kept.json")
     try:

@@ -4,7 +4,8 @@ The curve is measured by budget forcing (s1, arXiv 2501.19393): a completion who
 the cap ``c`` keeps its first ``c`` reasoning tokens, gets the end-of-thinking delimiter, and the model writes
 its reply from there; a completion that thinks less than ``c`` is unchanged (greedy decoding). The model's
 minimum thinking budget is the smallest cap whose correctness reaches ``ratio`` times the uncapped one: below
-it, a forced reply is wrong too often, and the server sheds or falls back instead of guessing.
+it, a forced reply is wrong more often. Below the floor the server sheds, falls back or answers per endpoint;
+its default (``auto``) reads this curve's correctness at the request's cap (``livethink.serve.quality``).
 
 The result is saved beside the checkpoint as ``thinking_calibration.json`` and read by the server.
 """

@@ -385,6 +385,7 @@ def create_app(
             "engine_fallback": request.app.state.engine_fallback,
             "reasoning": {m: svc.reasoning_format(m).to_dict() for m in svc.models},
             "min_thinking_tokens": {m: f.tokens for m, f in svc.floors.items()},
+            "below_min_thinking": svc.below_floor_report(),
             "engine_state": request.app.state.supervision.report(),
         }
         reasons = [refusing] if refusing else []

@@ -3,7 +3,8 @@
 ``--set key=value`` overrides a config field (dotted, YAML-parsed value), e.g. ``--set engine.kind=transformers
 --set models.rft.path=runs/tiny/rft/final``. ``--dry-run`` validates the config (models, experiments, store
 URL) without loading weights or needing a GPU, prints a JSON report (with each model's thinking floor:
-configured, calibrated or none) and exits 0 (ok) or 1 (problems).
+configured, calibrated or none, and ``below_min_thinking``: what a request below it gets per endpoint, and why)
+and exits 0 (ok) or 1 (problems).
 ``--openapi docs/openapi.json`` writes the server's OpenAPI document (no config needed; ``-`` for stdout).
 vLLM spawns its engine process, so this module is the ``__main__`` of the server process. Exit codes: 0 stopped,
 2 invalid config, 3 the engine failed to start, 4 an engine died more often than ``engine.restart_max`` allows.
@@ -35,15 +36,19 @@ def _parse_sets(items: list[str]) -> dict[str, Any]:
 
 
 def _add_thinking_floors(config: ServeConfig, report: dict) -> None:
-    """Each model's thinking floor as the server will use it: configured, calibrated or none."""
-    from livethink.serve.quality import floor_for
+    """Each model's thinking floor as the server will use it (configured, calibrated or none), and what a
+    request below it gets per endpoint (``below_min_thinking``, the shape of ``/health``'s)."""
+    from livethink.serve.quality import below_floor_report, floor_for
 
+    floors = {}
     for name, entry in report["models"].items():
         try:
-            entry["thinking_floor"] = floor_for(config, name).card()
+            floors[name] = floor_for(config, name)
+            entry["thinking_floor"] = floors[name].card()
         except ValueError as exc:  # a calibration file that does not parse
             report["problems"].append(f"models.{name}: {exc}")
             report["ok"] = False
+    report["below_min_thinking"] = below_floor_report(config, floors)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -176,11 +176,14 @@ class EndpointConfig(_Strict):
     stream_interval: int = Field(
         default=1, ge=1
     )  # engine deltas every n tokens (non-streamed replies: larger)
-    below_min_thinking: Literal["shed", "fallback", "answer"] = "shed"  # the model's thinking floor unmet
+    # the model's thinking floor unmet: auto (per model and request from its calibration curve: answer while
+    # a forced reply can be right, else the fallback reply; livethink.serve.quality.below_floor_action),
+    # shed (429), fallback (the fallback reply) or answer (a forced reply)
+    below_min_thinking: Literal["auto", "shed", "fallback", "answer"] = "auto"
 
 
 class EndpointsConfig(_Strict):
-    livestream: EndpointConfig = EndpointConfig(stream_interval=8, below_min_thinking="fallback")
+    livestream: EndpointConfig = EndpointConfig(stream_interval=8)
     chat: EndpointConfig = EndpointConfig(deadline_ms=30_000)
 
 

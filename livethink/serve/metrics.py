@@ -117,7 +117,7 @@ class ServeMetrics:
         )
         self.below_floor = Counter(
             "livethink_below_min_thinking",
-            "Requests whose thinking budget fell below the model's floor, by what was done (shed, fallback)",
+            "Requests whose thinking budget fell below the model's floor, by what was done (shed, fallback, answer)",
             (*LABELS, "action"),
             registry=r,
         )

@@ -261,6 +261,16 @@ class EngineState(BaseModel):
     restarts: int = Field(description="restart attempts within engine.restart_window_s")
 
 
+class BelowFloor(BaseModel):
+    """What a request below a model's thinking floor gets on an endpoint (``endpoints.<name>.below_min_thinking``)."""
+
+    setting: Literal["auto", "shed", "fallback", "answer"] = Field(description="the configured setting")
+    action: Literal["shed", "fallback", "answer", "answer_or_fallback"] = Field(
+        description="what it does below the floor (auto: from the model's calibration curve, per thinking cap)"
+    )
+    why: str = Field(description="the reason, with the calibration curve's numbers where auto used them")
+
+
 class Health(BaseModel):
     """``GET /health``: ``degraded`` (with the ``reason``) when the server refuses most requests while its engines
     are idle, or when the A/B write path is failing or its spool is full."""
@@ -272,6 +282,9 @@ class Health(BaseModel):
     engine_fallback: str | None = Field(description="why engine.kind auto is not serving on vLLM, else null")
     reasoning: dict[str, dict[str, Any]]
     min_thinking_tokens: dict[str, int]
+    below_min_thinking: dict[str, dict[str, BelowFloor]] = Field(
+        description="per endpoint (livestream, chat) and model: what a request below the thinking floor gets"
+    )
     ab: dict[str, Any] | None = Field(default=None, description="the A/B write path, when an experiment runs")
     engine_state: dict[str, EngineState] | None = Field(
         default=None, description="each engine's supervision state (null when engine.supervise is off)"

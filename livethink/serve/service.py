@@ -33,7 +33,7 @@ from livethink.serve.hooks import ArmChoice, NoExperiment, ResponseRecord, Serve
 from livethink.serve.metrics import ServeMetrics, arm_label
 from livethink.serve.probes import PROBE_MESSAGES, IdleProber, ProbeTiming, probe_once
 from livethink.serve.protocol import ChatCompletionRequest, LivestreamReplyRequest
-from livethink.serve.quality import floor_for, required_thinking
+from livethink.serve.quality import below_floor_action, below_floor_report, floor_for, required_thinking
 from livethink.serve.reasoning import ThinkSplitter, usable_reply
 from livethink.serve.refusals import RecentRefusals
 
@@ -318,21 +318,31 @@ class Service:
         """The plan's thinking cap is under the model's floor (probes are exempt: they carry the floor)."""
         return not plan.probe and plan.thinking_cap < job.min_thinking
 
-    def _below_floor_action(self, job: Job) -> str:
-        return getattr(self.config.endpoints, job.endpoint).below_min_thinking
+    def _below_floor_action(self, job: Job, cap: int) -> str:
+        """shed, fallback or answer for ``job`` at thinking cap ``cap`` (``quality.below_floor_action``)."""
+        setting = getattr(self.config.endpoints, job.endpoint).below_min_thinking
+        return below_floor_action(setting, self.floors[job.model], cap).action
+
+    def below_floor_report(self) -> dict[str, dict[str, dict[str, str]]]:
+        """Per endpoint and model, what a request below the model's thinking floor gets and why."""
+        return below_floor_report(self.config, self.floors)
 
     def admit(self, job: Job) -> None:
         """Refuse at once (429 + Retry-After) if the deadline cannot be met given the queue, or if the model's
-        thinking floor does not fit and the endpoint sheds then; with ``fallback`` it is marked for the
-        fallback reply instead."""
+        thinking floor does not fit and the endpoint's below-floor action there is ``shed``; with ``fallback``
+        it is marked for the fallback reply instead, with ``answer`` it goes on (counted when it runs)."""
         floor = self.floors[job.model].tokens
         job.min_thinking = required_thinking(floor, job.thinking, job.max_thinking)
         now = time.monotonic()
         plan = self._plan(job, now)
         if job.viewer_id:
             self.hooks.on_exposure(job.viewer_id, job.choice, job.request_id, job.simulated)
-        action = self._below_floor_action(job)
-        if isinstance(plan, TokenBudget) and self.below_floor(job, plan) and action != "answer":
+        action = (
+            self._below_floor_action(job, plan.thinking_cap)
+            if isinstance(plan, TokenBudget) and self.below_floor(job, plan)
+            else None
+        )
+        if action in ("shed", "fallback"):
             self.metrics.below_floor.labels(*job.labels, action).inc()
             if action == "fallback":
                 job.quality_fallback = True
@@ -417,14 +427,17 @@ class Service:
             load_start = self.controller.running_load(job.engine_key)
             try:
                 plan = self._plan(job, t_start, QueueState(queue.running - 1, 0, queue.capacity))
-                if (
-                    isinstance(plan, TokenBudget)
-                    and self.below_floor(job, plan)
-                    and self._below_floor_action(job) != "answer"
-                ):  # the wait ate the floor: the honest fallback (a 429 may be too late to help)
+                action = (
+                    self._below_floor_action(job, plan.thinking_cap)
+                    if isinstance(plan, TokenBudget) and self.below_floor(job, plan)
+                    else None
+                )
+                if action in ("shed", "fallback"):  # below the floor now: the fallback (a 429 comes too late)
                     m.below_floor.labels(*job.labels, "fallback").inc()
                     job.quality_fallback = True
                 elif isinstance(plan, TokenBudget):  # else the wait ate the budget: nothing fits any more
+                    if action == "answer":  # a forced reply below the floor
+                        m.below_floor.labels(*job.labels, "answer").inc()
                     budget = plan
                     request = GenerationRequest(
                         job.request_id, job.model, job.prompt_ids, job.sampling, job.thinking
