@@ -45,6 +45,8 @@ class Settings:
     grpo_max_completion: int = 384
     grpo_use_vllm: bool = True  # colocated vLLM rollouts (the configs' default); quick: transformers (no engine start-up)
     variant: str = "drpo"  # the compressed arm (the experiment configs/ab/drpo_vs_rft.yaml names it)
+    grpo_config: str = "grpo_drpo_budget.yaml"  # DRPO with budget-forced rollouts: trained for the server's cut
+    budget_caps: str = "auto"  # its rollouts' thinking caps (quick: what fits its shorter completions)
     quick: bool = False  # the eval report and the app say that a quick run checks the plumbing, not quality
     calibration_limit: int = 120  # validation tasks per thinking cap: each student's minimum thinking budget
 
@@ -53,7 +55,7 @@ class Settings:
         if quick:
             return cls(workdir / "artifacts/quick", workdir / "runs/quick", 1000, 100, 300, 1.0, 20, 3, 40, 4,
                        eval_engine="transformers", eval_max_tokens=256, grpo_max_completion=192,
-                       grpo_use_vllm=False, quick=True, calibration_limit=10)
+                       grpo_use_vllm=False, quick=True, calibration_limit=10, budget_caps="uniform:0:128")
         # 96 GRPO steps: the compression benchmark's budget (and the tiny configs' max_steps)
         return cls(workdir / "artifacts/tiny", workdir / "runs/tiny", 5000, 500, 5000, 2.5, 200, 96, 200)
 
@@ -71,7 +73,7 @@ class Settings:
 
     @property
     def compressed(self) -> Path:
-        return self.runs / "grpo" / self.variant
+        return self.runs / "grpo" / Path(self.grpo_config).stem.removeprefix("grpo_")
 
 
 @dataclass(frozen=True)
@@ -121,12 +123,12 @@ STEPS: list[Step] = [
     Step(
         "compress",
         lambda s: (s.compressed / "final" / "config.json").is_file(),
-        lambda s: _livethink("grpo", "--config", str(ROOT / f"configs/tiny/grpo_{s.variant}.yaml"),
+        lambda s: _livethink("grpo", "--config", str(ROOT / "configs/tiny" / s.grpo_config),
                              "--model_name_or_path", str(s.rft / "final"), "--data_dir", str(s.data),
                              "--output_dir", str(s.compressed), "--max_steps", str(s.grpo_steps),
                              "--max_completion_length", str(s.grpo_max_completion),
-                             "--use_vllm", str(s.grpo_use_vllm).lower()),
-        lambda s: f"{s.variant}-compressed student in {s.compressed / 'final'}",
+                             "--use_vllm", str(s.grpo_use_vllm).lower(), "--budget_caps", s.budget_caps),
+        lambda s: f"{s.variant} student trained for the server's cut in {s.compressed / 'final'}",
     ),
     Step(
         "eval",
@@ -190,7 +192,7 @@ def app_command(settings: Settings, server_url: str, ui_port: int) -> list[str]:
     return [sys.executable, "-m", "apps.demo", "--server-url", server_url, "--host", "127.0.0.1", "--port", str(ui_port),
             "--catalog", str(settings.data / "catalog.jsonl"), "--experiment", "drpo_vs_rft",
             "--results-dir", str(ROOT / "benchmarks/results"), "--eval-report", str(settings.runs / "eval" / "eval.md"),
-            *(["--quick"] if settings.quick else [])]
+            "--stream-report", str(settings.runs / "simulated_stream.json"), *(["--quick"] if settings.quick else [])]
 
 
 def report_stream(stdout: str, out: Path) -> None:

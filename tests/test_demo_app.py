@@ -321,3 +321,19 @@ def test_main_help(capsys):
     with pytest.raises(SystemExit) as exit_:
         main(["--help"])
     assert exit_.value.code == 0 and "--server-url" in capsys.readouterr().out
+
+
+def test_goodput_per_arm_from_the_viewer_stream_report(tmp_path):
+    import json
+
+    from apps.demo.experiment import goodput_markdown
+
+    report = tmp_path / "stream.json"
+    assert "No simulated viewer stream yet" in goodput_markdown(report)
+    report.write_text(json.dumps({"per_arm": {"rft": {"sent": 10, "answered": 8, "fallback": 1, "refused": 2,
+                                                      "good": 4, "goodput": 0.4}}}))
+    text = goodput_markdown(report)
+    assert "| rft | 10 | 8 | 1 | 2 | 4 | **40.0%** |" in text
+    report.write_text("{not json")
+    assert goodput_markdown(report).startswith("⚠ Could not read")
+    assert goodput_markdown(None) == ""

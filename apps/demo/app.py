@@ -45,9 +45,11 @@ def theme() -> gr.themes.Base:
 
 def build_app(server_url: str, catalog_path: str | Path | None = DEFAULT_CATALOG, experiment: str | None = None,
               results_dir: str | Path = DEFAULT_RESULTS, eval_report: str | Path | None = DEFAULT_EVAL,
-              api_key: str | None = None, admin_key: str | None = None, quick: bool = False) -> gr.Blocks:  # fmt: skip
+              api_key: str | None = None, admin_key: str | None = None, quick: bool = False,
+              stream_report: str | Path | None = None) -> gr.Blocks:  # fmt: skip
     """The demo as a ``gr.Blocks`` (not launched). ``experiment`` defaults to the server's first one; ``quick``
-    shows the quick-run notice (its students check the plumbing, not quality) above the tabs."""
+    shows the quick-run notice (its students check the plumbing, not quality) above the tabs; ``stream_report``
+    (the simulated viewer stream's JSON) gives the Experiment tab its goodput per arm."""
     client = LivethinkClient(server_url, api_key=api_key, admin_key=admin_key)
     catalog, warning = load_catalog(catalog_path)
     if not experiment:
@@ -64,7 +66,7 @@ def build_app(server_url: str, catalog_path: str | Path | None = DEFAULT_CATALOG
             with gr.Tab("Compression", id="compression"):
                 comp = build_compression_tab(results_dir, eval_report)
             with gr.Tab("Experiment", id="experiment") as exp_tab:
-                exp = build_experiment_tab(client, experiment)
+                exp = build_experiment_tab(client, experiment, stream_report)
         # a fresh page re-reads the server's arms and the result files; the Experiment tab loads when opened
         demo.load(live["reconnect"], None, live["reconnect_outputs"])
         demo.load(comp["load"], None, comp["outputs"])
@@ -100,11 +102,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="admin bearer token (the A/B summary is an admin endpoint when admin keys are set)")  # fmt: skip
     parser.add_argument("--quick", action="store_true",
                         help="say on every tab that the students come from a quick run (plumbing, not quality)")
+    parser.add_argument("--stream-report", help="simulated viewer stream JSON (livethink ab simulate): goodput per arm")
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request to the server is noise
     demo = build_app(args.server_url, args.catalog, args.experiment, args.results_dir, args.eval_report,
-                     args.api_key, args.admin_key, args.quick)  # fmt: skip
+                     args.api_key, args.admin_key, args.quick, args.stream_report)  # fmt: skip
     port = args.port or _free_port(args.host)
     demo.queue(default_concurrency_limit=4)
     _, local_url, _ = demo.launch(server_name=args.host, server_port=port, prevent_thread_lock=True, quiet=True,

@@ -9,6 +9,7 @@ verdict come from the server's analysis; with the full summary the tables and th
 
 from __future__ import annotations
 
+import json
 import logging
 import tempfile
 from dataclasses import dataclass
@@ -229,6 +230,29 @@ def verdict_markdown(s: dict[str, Any]) -> str:
     return "\n\n".join(bits)
 
 
+def goodput_markdown(report_path: str | Path | None) -> str:
+    """Goodput per arm from the simulated viewer stream's report (``livethink ab simulate``'s JSON, saved by
+    ``make demo``): correct, not the fallback, within the deadline by the client's clock, over requests sent."""
+    if not report_path:
+        return ""
+    path = Path(report_path)
+    if not path.is_file():
+        return f"No simulated viewer stream yet ({path}): `make demo` writes it after its stream."
+    try:
+        arms = json.loads(path.read_text()).get("per_arm") or {}
+    except (OSError, ValueError) as exc:
+        return f"⚠ Could not read the viewer stream report {path}: {exc}"
+    if not arms:
+        return f"The viewer stream report {path} has no per-arm results."
+    rows = ["| arm | sent | answered | fallback | refused (429) | correct in the deadline | **goodput** |",
+            "|---|---:|---:|---:|---:|---:|---:|"]
+    for arm, a in arms.items():
+        rows.append(f"| {arm} | {a['sent']} | {a['answered']} | {a['fallback']} | {a['refused']} | {a['good']} | "
+                    f"**{a['goodput']:.1%}** |")
+    return ("#### Goodput per arm (simulated viewers)\nThe share of requests answered correctly, not with the fallback, "
+            "within the deadline by the viewer's clock.\n\n" + "\n".join(rows) + f"\n\nFrom `{path}`.")
+
+
 def load_experiment(client: LivethinkClient, name: str | None) -> tuple[str, Any, Any, str]:
     """(verdict Markdown, summary figure or None, over-time image or None, tables Markdown)."""
     name = (name or "").strip()
@@ -249,8 +273,12 @@ def load_experiment(client: LivethinkClient, name: str | None) -> tuple[str, Any
         return f"⚠ Could not show experiment {name!r}: {type(exc).__name__}: {exc}", None, None, ""
 
 
-def build_experiment_tab(client: LivethinkClient, experiment: str | None) -> dict[str, Any]:
-    """Lay out the tab (inside an open ``gr.Tab``); Refresh re-reads the live summary."""
+def build_experiment_tab(client: LivethinkClient, experiment: str | None,
+                         stream_report: str | Path | None = None) -> dict[str, Any]:
+    """Lay out the tab (inside an open ``gr.Tab``); Refresh re-reads the live summary. ``stream_report``: the
+    simulated viewer stream's JSON, shown as goodput per arm."""
+    if stream_report:
+        gr.Markdown(goodput_markdown(stream_report), elem_id="experiment-goodput")
     with gr.Row():
         name = gr.Textbox(experiment or "", label="Experiment", scale=3, elem_id="experiment-name")
         refresh = gr.Button("Refresh", variant="primary", scale=1, elem_id="experiment-refresh")
