@@ -33,6 +33,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from livethink.eval.compare import T_CONFIDENCE, t_interval  # noqa: F401 (re-exported for its tests)
+
 ROOT = Path(__file__).resolve().parents[1]
 LIVETHINK = ("band", "siri", "dot", "drpo")  # the product's variants
 BASELINES = ("length_penalty", "gdpo", "dapo_overlong", "cosine", "dler")  # what practitioners compare them with
@@ -41,7 +43,6 @@ VARIANTS = LIVETHINK + BASELINES
 # adapters on the attention projections (TRL's peft path; merged into final/), or every parameter.
 TRAINING = {"head": (), "lora": ("--use_peft", "true", "--trainable_parameters", "@all"),
             "all": ("--trainable_parameters", "@all")}
-T_CONFIDENCE = 0.95
 
 
 # ---------------------------------------------------------------- subprocesses
@@ -240,23 +241,6 @@ def versus(a: dict[str, Any], b: dict[str, Any]) -> str:
 
 SUMMARY_KEYS = {"tokens": 1, "correctness": 4, "helpfulness": 4, "truncated_rate": 4, "token_reduction": 4,
                 "d_correctness_pts": 2, "d_helpfulness_pts": 2}  # key -> decimals
-
-
-def t_interval(values: list[float], confidence: float = T_CONFIDENCE) -> tuple[float, float | None, float | None]:
-    """Mean and two-sided Student-t interval of the mean (bounds None for fewer than 2 values)."""
-    import math
-    import statistics
-
-    mean = statistics.fmean(values)
-    if len(values) < 2:
-        return mean, None, None
-    sd = statistics.stdev(values)
-    if sd == 0:
-        return mean, mean, mean
-    from scipy.stats import t
-
-    half = float(t.ppf((1 + confidence) / 2, len(values) - 1)) * sd / math.sqrt(len(values))
-    return mean, mean - half, mean + half
 
 
 def aggregate(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:

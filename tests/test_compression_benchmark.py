@@ -34,14 +34,6 @@ def test_compare_per_seed_rows():
     assert [r["meets_target"] for r in rows] == [True, False, False]  # dot loses 3 points; drpo compresses 25%
 
 
-def test_t_interval_hand_computed():
-    # [1, 2, 3]: mean 2, sample sd 1, t(0.975, 2) = 4.302653 -> half-width 4.302653 / √3 = 2.484138
-    mean, low, high = bench.t_interval([1.0, 2.0, 3.0])
-    assert mean == 2.0 and low == pytest.approx(2 - 2.484138, abs=1e-6) and high == pytest.approx(2 + 2.484138, abs=1e-6)
-    assert bench.t_interval([5.0]) == (5.0, None, None)  # one seed: no interval
-    assert bench.t_interval([0.3, 0.3]) == (0.3, 0.3, 0.3)
-
-
 def test_aggregate_over_seeds_and_target_verdicts():
     per_seed = [row("band", 80.0, 0.40, 0.30, seed=0), row("band", 70.0, 0.38, 0.31, seed=1),
                 row("band", 90.0, 0.36, 0.32, seed=2), row("cosine", 150.0, 0.4, 0.3, seed=0)]

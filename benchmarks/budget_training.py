@@ -1,0 +1,247 @@
+"""Trained for the server's cut: correctness against the thinking cap, with and without budget-forced rollouts.
+
+The RFT student, stage-2 DRPO, and DRPO with budget-forced rollouts (``configs/tiny/grpo_drpo_budget.yaml``: each
+rollout's thinking is cut at a drawn cap as the server cuts it), every stage-2 run from the same RFT student on each
+stage-2 seed, each evaluated on the test split with the eval harness (greedy, rubric judge, calculator) uncapped and
+at the thinking caps the server's deadline sets (budget forcing with the server's reply reserve). Per method: the
+mean and 95% t-interval over seeds of correctness at each cap, the floor (smallest cap keeping 90% of the model's
+own uncapped correctness), tokens, ΔC and ΔH against RFT; per seed, the targets of the budget-trained student.
+
+    .venv/bin/python benchmarks/budget_training.py --seeds 0,1,2 [--rft runs/tiny/rft/final] [--methods drpo,drpo_budget]
+
+Runs go to ``runs/tiny/bench_budget/<method>/seed<k>`` (a finished run or evaluation is reused); writes
+``benchmarks/results/budget_training.{json,md,png}``. Each training run and evaluation is its own process.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from livethink.eval.compare import t_interval
+
+ROOT = Path(__file__).resolve().parents[1]
+METHODS = {"drpo": "configs/tiny/grpo_drpo.yaml", "drpo_budget": "configs/tiny/grpo_drpo_budget.yaml"}
+BUDGET_METHOD = "drpo_budget"
+CAPS = (0, 32, 64, 96, 128, 192)
+TARGET_CAP = 64
+
+
+def run(cmd: list[str], log: Path) -> float:
+    """Run ``cmd`` with its output in ``log``; the wall time, or an error naming the log."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    start = time.perf_counter()
+    with log.open("w") as fh:
+        fh.write("$ " + shlex.join(cmd) + "\n")
+        fh.flush()
+        code = subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT).returncode
+    if code:
+        raise RuntimeError(f"{shlex.join(cmd[:5])} ... failed (exit {code}); see {log}")
+    return round(time.perf_counter() - start, 1)
+
+
+def livethink(*args: str) -> list[str]:
+    return [sys.executable, "-m", "livethink.cli", *args]
+
+
+def train(args, method: str, seed: int) -> dict[str, Any]:
+    """One stage-2 run (reused when its final checkpoint exists)."""
+    out = Path(args.runs_dir) / method / f"seed{seed}"
+    wall = None
+    if not (out / "final" / "config.json").is_file():
+        wall = run(livethink("grpo", "--config", METHODS[method], "--model_name_or_path", args.rft,
+                             "--data_dir", args.data_dir, "--output_dir", str(out), "--seed", str(seed)),
+                   out.parent / f"seed{seed}.train.log")
+    steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    return {"method": method, "seed": seed, "dir": str(out / "final"), "train_wall_s": wall,
+            "train_step_s": round(sum(r.get("step_time", 0.0) for r in steps), 1), "steps": len(steps)}
+
+
+def evaluate(args, model_dir: str, name: str) -> dict[str, Any]:
+    """The harness result of one model on the test split, uncapped and at ``CAPS`` (reused when present)."""
+    out = Path(args.runs_dir) / "eval" / name
+    if not (out / "eval.json").is_file():
+        run(livethink("eval", "--model", model_dir, "--name", name, "--data", args.data_dir, "--split", "test",
+                      "--limit", str(args.eval_n), "--thinking-caps", ",".join(map(str, CAPS)),
+                      "--latency-probes", "0", "--engine", args.engine, "--max-tokens", str(args.eval_max_tokens),
+                      "--calculator", "--calibration-out", str(out / "thinking_curve.json"), "--out", str(out)),
+            out / "eval.log")
+    result = json.loads((out / "eval.json").read_text())["results"][0]
+    curve = result["thinking_curve"]
+    overall = result["overall"]
+    return {"name": name, "n": overall["n"], "correct": overall["correctness"], "helpful": overall["helpfulness"],
+            "tokens": overall["total_tokens"], "caps": list(curve["caps"]), "correct_at_cap": list(curve["correct"]),
+            "helpful_at_cap": list(curve["helpful"]), "floor": curve["min_thinking_tokens"]}
+
+
+def at_cap(model: dict[str, Any], cap: int) -> float:
+    return model["correct_at_cap"][model["caps"].index(cap)]
+
+
+def verdicts(model: dict[str, Any], rft: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """The budget-trained student's targets against the RFT student (issue: right within one second)."""
+    c64, floor = at_cap(model, TARGET_CAP), model["floor"]
+    return {
+        "correct_at_64_vs_rft_uncapped": {"value": round(c64, 4), "target": round(0.9 * rft["correct"], 4),
+                                          "met": c64 >= 0.9 * rft["correct"]},
+        "floor_tokens": {"value": floor, "target": TARGET_CAP, "met": floor is not None and floor <= TARGET_CAP},
+        "uncapped_correct": {"value": model["correct"], "target": round(rft["correct"] - 0.02, 4),
+                             "met": model["correct"] >= rft["correct"] - 0.02},
+        "uncapped_helpful": {"value": model["helpful"], "target": rft["helpful"], "met": model["helpful"] >= rft["helpful"]},
+        "token_reduction": {"value": round(1 - model["tokens"] / rft["tokens"], 4), "target": 0.5,
+                            "met": model["tokens"] <= 0.5 * rft["tokens"]},
+    }
+
+
+def interval(values: list[float]) -> dict[str, float | None]:
+    mean, low, high = t_interval(values)
+    return {"mean": mean, "low": low, "high": high, "values": values}
+
+
+def aggregate(method: str, models: list[dict[str, Any]], rft: dict[str, Any]) -> dict[str, Any]:
+    """Mean and 95% t-interval over seeds of every column of one method."""
+    caps = models[0]["caps"]
+    return {
+        "method": method, "seeds": len(models),
+        "correct": interval([m["correct"] for m in models]), "helpful": interval([m["helpful"] for m in models]),
+        "tokens": interval([m["tokens"] for m in models]),
+        "d_correct_pts": interval([100 * (m["correct"] - rft["correct"]) for m in models]),
+        "d_helpful_pts": interval([100 * (m["helpful"] - rft["helpful"]) for m in models]),
+        "token_reduction": interval([1 - m["tokens"] / rft["tokens"] for m in models]),
+        "correct_at_cap": {str(c): interval([at_cap(m, c) for m in models]) for c in caps},
+        "floors": [m["floor"] for m in models],
+    }
+
+
+def _pct(x: dict[str, Any], scale: float = 100.0, digits: int = 1) -> str:
+    mean, low, high = x["mean"], x["low"], x["high"]
+    if low is None:
+        return f"{scale * mean:.{digits}f}"
+    return f"{scale * mean:.{digits}f} [{scale * low:.{digits}f}, {scale * high:.{digits}f}]"
+
+
+def markdown(report: dict[str, Any]) -> str:
+    rft, rows, meta = report["rft"], report["methods"], report["meta"]
+    caps = rft["caps"]
+    lines = ["# Trained for the server's cut: correctness against the thinking cap", "",
+             f"{rft['n']} test tasks, greedy, rubric judge, calculator on; budget forcing with the server's reply "
+             f"reserve. Stage-2 seeds {meta['seeds']}; mean and 95% t-interval over seeds. Load average before / "
+             f"after: {meta['loadavg_before']} / {meta['loadavg_after']}. Wall time {meta['wall_s']:.0f} s.", "",
+             f"`{meta['command']}`", "",
+             "## Correctness (%) at each thinking cap", "",
+             "| method | " + " | ".join(str(c) for c in caps) + " | uncapped | floor (tokens) |",
+             "|---|" + "---:|" * (len(caps) + 2)]
+    lines.append("| rft | " + " | ".join(f"{100 * v:.1f}" for v in rft["correct_at_cap"])
+                 + f" | {100 * rft['correct']:.1f} | {rft['floor']} |")
+    for row in rows:
+        lines.append(f"| {row['method']} | " + " | ".join(_pct(row["correct_at_cap"][str(c)]) for c in caps)
+                     + f" | {_pct(row['correct'])} | {', '.join(str(f) for f in row['floors'])} |")
+    lines += ["", "## Tokens, ΔC and ΔH against RFT", "",
+              "| method | tokens | token reduction (%) | ΔC (pts) | ΔH (pts) | H (%) |", "|---|---:|---:|---:|---:|---:|",
+              f"| rft | {rft['tokens']:.1f} | – | – | – | {100 * rft['helpful']:.1f} |"]
+    for row in rows:
+        lines.append(f"| {row['method']} | {_pct(row['tokens'], 1.0)} | {_pct(row['token_reduction'])} | "
+                     f"{_pct(row['d_correct_pts'], 1.0)} | {_pct(row['d_helpful_pts'], 1.0)} | {_pct(row['helpful'])} |")
+    lines += ["", f"## Targets of the budget-trained student ({BUDGET_METHOD}), per seed", "",
+              "| seed | C at cap 64 ≥ 90% of RFT uncapped | floor ≤ 64 | C ≥ RFT − 2 pts | H ≥ RFT | ≥ 50% fewer tokens |",
+              "|---|---|---|---|---|---|"]
+    def cell(x: dict[str, Any], pct: bool = True) -> str:
+        value = f"{100 * x['value']:.1f}%" if pct and x["value"] is not None else str(x["value"])
+        return f"{value} {'✓' if x['met'] else '✗'}"
+
+    for seed, v in report["targets"].items():
+        lines.append(f"| {seed} | {cell(v['correct_at_64_vs_rft_uncapped'])} "
+                     f"(≥ {100 * v['correct_at_64_vs_rft_uncapped']['target']:.1f}%) | {cell(v['floor_tokens'], False)} | "
+                     f"{cell(v['uncapped_correct'])} | {cell(v['uncapped_helpful'])} | {cell(v['token_reduction'])} |")
+    lines += ["", "## Training runs", "", "| method | seed | steps | wall (s) | step time (s) |", "|---|---:|---:|---:|---:|"]
+    for r in report["runs"]:
+        lines.append(f"| {r['method']} | {r['seed']} | {r['steps']} | {r['train_wall_s'] or 'reused'} | {r['train_step_s']} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rft = report["rft"]
+    caps = rft["caps"]
+    xs = [*caps, caps[-1] + 64]
+    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
+    ax.plot(xs, [100 * v for v in rft["correct_at_cap"]] + [100 * rft["correct"]], "o-", color="gray", label="rft")
+    for i, row in enumerate(report["methods"]):
+        cells = [row["correct_at_cap"][str(c)] for c in caps] + [row["correct"]]
+        mean = [100 * c["mean"] for c in cells]
+        err = [[100 * (c["mean"] - c["low"]) if c["low"] is not None else 0 for c in cells],
+               [100 * (c["high"] - c["mean"]) if c["high"] is not None else 0 for c in cells]]
+        ax.errorbar(xs, mean, yerr=err, fmt="o-", capsize=3, color=f"C{i}", label=f"{row['method']} ({row['seeds']} seeds)")
+    ax.axhline(90 * rft["correct"], ls="--", color="gray", lw=0.8, label="90% of RFT uncapped")
+    ax.set_xticks(xs, [*map(str, caps), "uncapped"])
+    ax.set_xlabel("thinking cap (tokens)")
+    ax.set_ylabel("correct (%)")
+    ax.set_title("Correctness against the thinking cap (test split, 95% t-interval over seeds)")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--rft", default="runs/tiny/rft/final", help="the RFT student every stage-2 run starts from")
+    p.add_argument("--data-dir", default="artifacts/tiny/data")
+    p.add_argument("--methods", default=",".join(METHODS), help=f"of {', '.join(METHODS)}")
+    p.add_argument("--seeds", default="0,1,2", help="stage-2 seeds")
+    p.add_argument("--eval-n", type=int, default=0, help="test tasks (0 = the whole split)")
+    p.add_argument("--eval-max-tokens", type=int, default=768)
+    p.add_argument("--engine", default="vllm", choices=["vllm", "transformers", "auto"])
+    p.add_argument("--runs-dir", default="runs/tiny/bench_budget")
+    p.add_argument("--out", default="benchmarks/results")
+    args = p.parse_args(argv)
+    unknown = [m for m in args.methods.split(",") if m not in METHODS]
+    if unknown:
+        p.error(f"--methods: unknown {unknown}; choose from {list(METHODS)}")
+    try:
+        args.seed_list = [int(s) for s in args.seeds.split(",") if s.strip()]
+    except ValueError:
+        p.error(f"--seeds: expected comma-separated integers, got {args.seeds!r}")
+    return args
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    started, loadavg_before = time.perf_counter(), [round(x, 2) for x in os.getloadavg()]
+    methods = args.methods.split(",")
+    runs = [train(args, m, s) for m in methods for s in args.seed_list]
+    rft = evaluate(args, args.rft, "rft")
+    models = {(r["method"], r["seed"]): evaluate(args, r["dir"], f"{r['method']}-seed{r['seed']}") for r in runs}
+    report = {
+        "meta": {"command": "python benchmarks/budget_training.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
+                 "seeds": args.seed_list, "caps": list(CAPS), "loadavg_before": loadavg_before,
+                 "loadavg_after": [round(x, 2) for x in os.getloadavg()], "wall_s": round(time.perf_counter() - started, 1),
+                 "cpus": os.cpu_count()},
+        "rft": rft,
+        "methods": [aggregate(m, [models[(m, s)] for s in args.seed_list], rft) for m in methods],
+        "per_seed": [models[k] | {"method": k[0], "seed": k[1]} for k in models],
+        "targets": {str(s): verdicts(models[(BUDGET_METHOD, s)], rft) for s in args.seed_list if BUDGET_METHOD in methods},
+        "runs": runs,
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "budget_training.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "budget_training.md").write_text(markdown(report))
+    plot(report, out / "budget_training.png")
+    print(markdown(report))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
