@@ -40,9 +40,12 @@ LIVETHINK = ("band", "siri", "dot", "drpo")  # the product's variants
 BASELINES = ("length_penalty", "gdpo", "dapo_overlong", "cosine", "dler")  # what practitioners compare them with
 VARIANTS = LIVETHINK + BASELINES
 # What stage 2 trains, as a method's suffix (band+lora): the tiny configs' output layer (@head, the default), LoRA
-# adapters on the attention projections (TRL's peft path; merged into final/), or every parameter.
+# adapters on the attention projections (TRL's peft path; merged into final/), or every parameter; `+budget` trains the
+# output layer on budget-forced rollouts (each rollout cut at a drawn thinking cap as the server cuts it).
 TRAINING = {"head": (), "lora": ("--use_peft", "true", "--trainable_parameters", "@all"),
-            "all": ("--trainable_parameters", "@all")}
+            "all": ("--trainable_parameters", "@all"), "budget": ("--budget_forcing", "true")}
+HEAD_ONLY = ("head", "budget")
+CAPS = "0,32,64,96,128,192"  # thinking caps of each model's curve (budget forcing with the server's reply reserve)
 
 
 # ---------------------------------------------------------------- subprocesses
@@ -76,7 +79,7 @@ TRANSFORMERS_ROLLOUTS_WHY = ("colocated vLLM on CPU cannot refresh MoE experts a
 def method_rollouts(method: str, rollouts: str) -> str:
     """The rollout engine of one method's runs: transformers for any that trains more than the output layer
     (``TRANSFORMERS_ROLLOUTS_WHY``)."""
-    return rollouts if split_method(method)[1] == "head" else "transformers"
+    return rollouts if split_method(method)[1] in HEAD_ONLY else "transformers"
 
 
 def grpo_cmd(args, method: str, out: Path, steps: int, rollouts: str, seed: int = 0) -> list[str]:
@@ -103,7 +106,8 @@ def eval_cmd(args, model: Path, name: str, out_json: Path) -> list[str]:
     return [sys.executable, str(Path(__file__).resolve()), "--eval-one", str(model), "--eval-name", name,
             "--eval-out", str(out_json), "--data-dir", str(args.data_dir), "--eval-n", str(args.eval_n),
             "--eval-max-tokens", str(args.eval_max_tokens), "--engine", args.engine,
-            "--latency-probes", str(args.latency_probes)] + (["--calculator"] if args.calculator else [])
+            "--latency-probes", str(args.latency_probes), "--thinking-caps", args.thinking_caps] + (
+                ["--calculator"] if args.calculator else [])
 
 
 def eval_one(args) -> int:
@@ -112,14 +116,16 @@ def eval_one(args) -> int:
     from livethink.data.io import read_tasks
     from livethink.eval.harness import evaluate_model
     from livethink.eval.metrics import sample_dicts
+    from livethink.eval.thinking_curve import parse_caps
     from livethink.rewards.judge import RubricJudge
 
     tasks = read_tasks(Path(args.data_dir) / "test.jsonl")
     tasks = tasks[: args.eval_n] if args.eval_n else tasks
     start = time.perf_counter()
+    caps = parse_caps(args.thinking_caps) if args.thinking_caps else ()
     result, samples, completions = evaluate_model(args.eval_one, tasks, RubricJudge(), engine=args.engine,
                                                   max_tokens=args.eval_max_tokens, latency_probes=args.latency_probes,
-                                                  name=args.eval_name, calculator=args.calculator)
+                                                  name=args.eval_name, calculator=args.calculator, thinking_caps=caps)
     result["eval_wall_s"] = round(time.perf_counter() - start, 1)
     rows = [row | {"completion": completions[row["task_id"]][0]} for row in sample_dicts(samples)]
     Path(args.eval_out).write_text(json.dumps({"result": result, "samples": rows}) + "\n")
@@ -154,6 +160,16 @@ def train_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 # ---------------------------------------------------------------- analysis (pure)
+
+
+def curve_columns(result: dict[str, Any], cap: int = 64) -> dict[str, Any]:
+    """A model's correctness at thinking ``cap`` and its floor (the smallest cap keeping 90% of its uncapped
+    correctness), from its harness result's thinking curve (None where it has none)."""
+    curve = result.get("thinking_curve") or {}
+    caps = list(curve.get("caps") or [])
+    return {"correct_at_64": curve["correct"][caps.index(cap)] if cap in caps else None,
+            "floor": curve.get("min_thinking_tokens"), "cap_curve": dict(zip(map(str, caps), curve.get("correct", []),
+                                                                              strict=True)) if caps else None}
 
 
 def overall(result: dict[str, Any]) -> tuple[float, float, float]:
@@ -240,7 +256,7 @@ def versus(a: dict[str, Any], b: dict[str, Any]) -> str:
 # ---------------------------------------------------------------- over seeds (pure)
 
 SUMMARY_KEYS = {"tokens": 1, "correctness": 4, "helpfulness": 4, "truncated_rate": 4, "token_reduction": 4,
-                "d_correctness_pts": 2, "d_helpfulness_pts": 2}  # key -> decimals
+                "d_correctness_pts": 2, "d_helpfulness_pts": 2, "correct_at_64": 4, "floor": 1}  # key -> decimals
 
 
 def aggregate(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -436,13 +452,14 @@ def markdown(report: dict[str, Any]) -> str:
         f"Mean over {n} seed{'s' if n > 1 else ''}, with the 95% t-interval over seeds in brackets"
         + (" (none with one seed)." if n < 2 else "."), "",
         "| method | kind | tokens/reply | reduction vs RFT | Δ C (pts) | Δ H (pts) | correctness | helpfulness | "
-        "target met (seeds) |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "C at cap 64 | floor (tokens) | target met (seeds) |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for r in report["rows"]:
         if r["kind"] == "rft":
+            c64 = "-" if r.get("correct_at_64") is None else f"{100 * r['correct_at_64']:.1f}%"
             lines.append(f"| rft | RFT student | {r['tokens']:.1f} | - | - | - | {100 * r['correctness']:.1f}% | "
-                         f"{100 * r['helpfulness']:.1f}% | - |")
+                         f"{100 * r['helpfulness']:.1f}% | {c64} | {r.get('floor', '-')} | - |")
             continue
         variant, training = split_method(r["variant"])
         kind = "baseline" if variant in BASELINES else "livethink"
@@ -452,7 +469,8 @@ def markdown(report: dict[str, Any]) -> str:
             f"| {r['name']} | {kind} | {_mean_ci(r, 'tokens')} | {_mean_ci(r, 'token_reduction', 100, unit='%')} | "
             f"{_mean_ci(r, 'd_correctness_pts', signed=True)} | {_mean_ci(r, 'd_helpfulness_pts', signed=True)} | "
             f"{_mean_ci(r, 'correctness', 100, unit='%')} | {_mean_ci(r, 'helpfulness', 100, unit='%')} | "
-            f"{r['meets_target_seeds']}/{len(r['seeds'])} |")
+            f"{_mean_ci(r, 'correct_at_64', 100, unit='%') if 'correct_at_64' in r else '-'} | "
+            f"{_mean_ci(r, 'floor') if 'floor' in r else '-'} | {r['meets_target_seeds']}/{len(r['seeds'])} |")
     lines += ["", "Target: ≥ 60 % fewer tokens than the RFT student, correctness ≥ RFT − 2 points, helpfulness ≥ RFT, "
               "on every seed.", ""]
     lines += [f"**Failed run (left out):** {f['variant']} seed {f['seed']}: {f['error']}  "
@@ -532,6 +550,8 @@ def parse(argv: list[str] | None):
     p.add_argument("--jobs", type=int, default=1,
                    help="runs (training + its evaluations) at a time, each with --threads threads")
     p.add_argument("--latency-probes", type=int, default=0)
+    p.add_argument("--thinking-caps", default=CAPS, help="each model's correctness at these thinking caps, and its floor "
+                   "('' = none)")
     p.add_argument("--timing-steps", type=int, default=3, help="GRPO steps timed with transformers rollouts (0 = skip)")
     p.add_argument("--threads", type=int, default=1, help="torch/OpenMP threads per process (1 on a shared box)")
     p.add_argument("--runs-dir", default="runs/tiny/bench")
@@ -622,10 +642,11 @@ def main(argv: list[str] | None = None) -> int:
               f"({wall:.0f} s)", flush=True)
         return written["result"]
 
-    rft_o = evaluate(args.rft, "rft")["overall"]
+    rft_result = evaluate(args.rft, "rft")
+    rft_o = rft_result["overall"]
     rft_row = {"name": "rft", "kind": "rft", "variant": "rft", "tokens": rft_o["total_tokens"],
                "correctness": rft_o["correctness"], "helpfulness": rft_o["helpfulness"],
-               "truncated_rate": rft_o["truncated_rate"]}
+               "truncated_rate": rft_o["truncated_rate"], **curve_columns(rft_result)}
     budget = {"steps": args.steps, "prompts_per_step": args.prompts_per_step, "generations": args.generations,
               "max_completion_length": args.max_completion_length, "lr": args.lr, "rollouts": args.rollouts,
               "eval_tasks": rft_o["n"], "eval_max_tokens": args.eval_max_tokens, "calculator": args.calculator}
@@ -665,12 +686,13 @@ def main(argv: list[str] | None = None) -> int:
         rows = []
         for model, name, kind in models:
             key = f"{name}.seed{seed}"
-            o = evaluate(model, key)["overall"]
+            result = evaluate(model, key)
+            o = result["overall"]
             final = kind == "variant"
             rows.append({"name": name, "kind": kind, "variant": variant, "seed": seed, "eval": key,
                          "tokens": o["total_tokens"], "correctness": o["correctness"],
                          "helpfulness": o["helpfulness"], "truncated_rate": o["truncated_rate"],
-                         "training": training, "rollouts": rollouts,
+                         **curve_columns(result), "training": training, "rollouts": rollouts,
                          "train_wall_min": round(wall / 60, 1) if final else "-",
                          "step_time_mean_s": summary.get("step_time_mean_s") if final else "-",
                          "train": summary if final else {}})
