@@ -7,8 +7,9 @@ reference.
         [--deadlines 500,750,1000,1500,2500] [--sweep-requests 30] [--sweep-rate R] [--quick]
         [--skip-vllm] [--skip-cold] [--skip-sweep]
 
-The full run, as published (2 CPU cores, tiny students, nothing else running), takes about 12 minutes:
-about 4 for scenarios 1-3 and 8 for the deadline sweep (4)::
+The full run, as published (2 CPU cores, tiny students, nothing else running), takes about 11 minutes (an
+estimate: about 4 for scenarios 1-3, as measured before the sweep, and about 7 for the deadline sweep (4):
+300 + 30 one-at-a-time requests, 6 x 60 arrivals at the load rate, 5 s pauses)::
 
     python benchmarks/serve_load.py --runs runs/tiny --rates 2,4,8 --duration 12 --unloaded 24
 
@@ -68,6 +69,7 @@ import shutil
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -143,13 +145,14 @@ def viewer_outcome(o: Outcome, deadline_ms: float) -> ViewerOutcome:
 
 
 class Client:
-    """Sends one request and judges it. ``kind``: livethink (livestream endpoint) or vllm (completions)."""
+    """Sends one request and judges it. ``kind``: livethink (livestream endpoint) or vllm (completions).
+    ``assign``: viewer id -> the A/B arm the server's experiment gives it, to label requests that got no answer."""
 
     def __init__(self, url: str, kind: str, deadline_ms: int, prompts: dict[str, str] | None = None,
-                 vllm_params: dict[str, Any] | None = None):
+                 vllm_params: dict[str, Any] | None = None, assign: Callable[[str], str | None] | None = None):
         from livethink.rewards.judge import RubricJudge
 
-        self.url, self.kind, self.deadline_ms = url, kind, deadline_ms
+        self.url, self.kind, self.deadline_ms, self.assign = url, kind, deadline_ms, assign
         self.prompts, self.vllm_params = prompts or {}, vllm_params or {}
         self.judge = RubricJudge()
 
@@ -158,7 +161,7 @@ class Client:
         """``arm`` forces an A/B arm, ``model`` names the model; either labels the outcome when the server does not."""
         from livethink.rewards.parse import parse_completion
 
-        label = arm or model
+        label = arm or model or (self.assign(viewer) if self.assign else None)
         t0 = time.monotonic()
         try:
             if self.kind == "livethink":
@@ -473,11 +476,14 @@ def write_report(result: dict[str, Any], out: Path, tag: str = "") -> Path:
     lines += [f"**Note:** {n}  " for n in result["notes"]]
     d = result.get("deployment")
     if d:
-        lines += ["", "## Deployment: two arms, A/B on", "", f"Arms: {d['arms']}", "",
-                  "### Unloaded (one request at a time, arm forced)", "", HEADER]
+        ab = d.get("experiment", True)  # results written before --model always ran the experiment
+        lines += ["", "## Deployment: two arms, A/B on" if ab else f"## Deployment: {len(d['arms'])} model(s), no "
+                  "experiment", "", f"Arms: {d['arms']}", "",
+                  f"### Unloaded (one request at a time, {'arm' if ab else 'model'} forced)", "", HEADER]
         for arm, s in d["unloaded"].items():
             lines.append(_row(f"{arm} alone", s))
-        lines += ["", "### Poisson load (viewers hashed to arms)", "", HEADER]
+        lines += ["", f"### Poisson load ({'viewers hashed to arms' if ab else 'requests name the models in turn'})",
+                  "", HEADER]
         for r in d["load"]:
             tag = " (3× sustainable)" if r.get("overload") else ""
             lines.append(_row(f"{r['rate']} req/s{tag}, all", r["all"]))
@@ -549,6 +555,15 @@ def parse_models(items: list[str], runs: Path, rft: Path | None, drpo: Path | No
     return out
 
 
+def experiment_arms(path: Path) -> Callable[[str], str | None]:
+    """Viewer id -> its arm in the experiment at ``path``: the server's hashing, computed by the client."""
+    from livethink.ab_test.assignment import Assigner
+    from livethink.ab_test.experiment import load_experiment
+
+    assigner = Assigner(load_experiment(path))
+    return lambda viewer: assigner(viewer).arm
+
+
 def sweep_deployment_unloaded(url: str, tasks: list, deadlines: list[int], names: list[str], experiment: bool,
                               n: int) -> list[dict[str, Any]]:
     """Each model one request at a time at each deadline: the first ``n`` questions, the arm (or model) forced."""
@@ -563,15 +578,17 @@ def sweep_deployment_unloaded(url: str, tasks: list, deadlines: list[int], names
     return rows
 
 
-def sweep_deployment_loaded(url: str, tasks: list, deadlines: list[int], names: list[str], experiment: bool,
-                            rate: float, n: int, seed: int) -> list[dict[str, Any]]:
-    """``n`` Poisson arrivals at ``rate`` at each deadline, the same arrivals (viewers, questions) every time."""
+def sweep_deployment_loaded(url: str, tasks: list, deadlines: list[int], names: list[str],
+                            assign: Callable[[str], str | None] | None, rate: float, n: int,
+                            seed: int) -> list[dict[str, Any]]:
+    """``n`` Poisson arrivals at ``rate`` at each deadline, the same arrivals (viewers, questions) every time.
+    ``assign``: the experiment's arms (None: no experiment, the requests name the models in turn)."""
     rows = []
     for dl in deadlines:
         time.sleep(SETTLE_S)
-        c = Client(url, "livethink", dl)
+        c = Client(url, "livethink", dl, assign=assign)
         outs, _ = asyncio.run(open_loop(c, tasks, rate, math.inf, seed, "sweep", max_requests=n,
-                                        models=None if experiment else names))
+                                        models=None if assign else names))
         for name in names:
             rows.append(sweep_row("livethink", name, "loaded", rate, dl, [o for o in outs if o.arm == name]))
             print(json.dumps({"sweep": name, "load": "loaded", "deadline_ms": dl, **rows[-1]}), flush=True)
@@ -648,14 +665,17 @@ def main(argv: list[str] | None = None) -> int:
     # 1. the deployment (and 4., the deadline sweep on it)
     sets = ["models=" + json.dumps({k: {"path": str(v)} for k, v in arms.items()}), f"default_model={first}",
             *args.set]
+    experiment_file = ROOT / "configs/ab/drpo_vs_rft.yaml"
+    assign = None
     if experiment:
-        sets += [f"experiment={{file: {ROOT / 'configs/ab/drpo_vs_rft.yaml'}, store: sqlite:///{workdir / 'ab.db'}}}"]
+        sets += [f"experiment={{file: {experiment_file}, store: sqlite:///{workdir / 'ab.db'}}}"]
+        assign = experiment_arms(experiment_file)
     route = None if experiment else names  # without the experiment, requests name their model in turn
     server = livethink_server(sets, workdir, "deployment")
     dep: dict[str, Any] = {"arms": {k: str(v) for k, v in arms.items()}, "experiment": experiment,
                            "startup_s": round(server.startup_s, 1)}
     try:
-        c = Client(server.url, "livethink", dl)
+        c = Client(server.url, "livethink", dl, assign=assign)
         dep["models"] = httpx.get(f"{server.url}/v1/models", timeout=10).json()["data"]
         unloaded = {}
         for arm in arms:
@@ -685,7 +705,7 @@ def main(argv: list[str] | None = None) -> int:
                 sweep_rate, sweep_rate_source = args.sweep_rate, "--sweep-rate"
             else:
                 sweep_rate, sweep_rate_source = deployment_rate(load[:-1], unloaded, dl)
-            sweep_rows += sweep_deployment_loaded(server.url, tasks, deadlines, names, experiment, sweep_rate,
+            sweep_rows += sweep_deployment_loaded(server.url, tasks, deadlines, names, assign, sweep_rate,
                                                   n_sweep * len(names), args.seed + 200)
         dep["controller"] = httpx.get(f"{server.url}/v1/admin/status", timeout=10).json()["controller"]
     finally:

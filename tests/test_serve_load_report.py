@@ -156,3 +156,27 @@ def test_models_given_by_name(tmp_path):
     for bad in ([f"a={tmp_path}"], ["a"], [f"a={tmp_path / 'a'}", f"a={tmp_path / 'b'}"]):
         with pytest.raises(ValueError):
             bench.parse_models(bad, tmp_path, None, None, [])
+
+
+def test_a_request_without_an_answer_keeps_the_arm_its_viewer_hashes_to():
+    import asyncio
+
+    import httpx
+
+    arm_of = bench.experiment_arms(bench.ROOT / "configs/ab/drpo_vs_rft.yaml")
+    viewers = [f"sweep-200-{i}" for i in range(200)]
+    assert {arm_of(v) for v in viewers} == {"rft", "drpo"}
+
+    def refuse_to_connect(request: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("down", request=request)
+
+    task = type("T", (), {"product_docs": [], "question": "?", "history": []})()
+    c = bench.Client("http://test", "livethink", 1000, assign=arm_of)
+
+    async def one() -> bench.Outcome:
+        async with httpx.AsyncClient(base_url="http://test", transport=httpx.MockTransport(refuse_to_connect)) as h:
+            return await c.one(h, task, viewers[0])
+
+    o = asyncio.run(one())
+    assert (o.status, o.arm) == (0, arm_of(viewers[0]))
+    assert bench.viewer_outcome(o, 1000).status is None  # no answer, for the goodput definition
