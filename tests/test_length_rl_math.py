@@ -278,3 +278,24 @@ def test_every_variant_module_registers_itself_and_the_trainer_names_none():
     names = set(VARIANTS) | {"baseline"}
     assert not names & strings
     assert not [a for a in attributes for v in names if a == v or a.startswith(f"{v}_")]  # no variant options either
+
+
+def test_budget_caps_drawn_per_group_or_per_completion():
+    from livethink.length_rl.budget_rollouts import CapDistribution, deadline_thinking_cap
+
+    # (1000 − 50 − 50) / 4 = 225 tokens; less the 48-token reply and a 4-token forced end
+    assert deadline_thinking_cap(1000, 4.0, 50, 50, 48, 4) == 173
+    assert deadline_thinking_cap(100, 4.0, 50, 50, 48, 4) == 0
+    dist = CapDistribution.parse("choice:8,16,32", auto_high=0)
+    grouped = dist.draw(12, torch.Generator().manual_seed(0), group_size=4)
+    assert all(len(set(grouped[i:i + 4])) == 1 for i in range(0, 12, 4)) and set(grouped) <= {8, 16, 32}
+    each = dist.draw(400, torch.Generator().manual_seed(0))
+    assert set(each) == {8, 16, 32}
+    free = CapDistribution.parse("uniform:0:3", auto_high=0, uncapped_share=0.5).draw(400, torch.Generator().manual_seed(1))
+    assert 150 < sum(c is None for c in free) < 250 and set(free) - {None} == {0, 1, 2, 3}
+    assert CapDistribution.parse("auto", auto_high=5).caps == (0, 1, 2, 3, 4, 5)
+    for bad in ("uniform:5", "choice:", "normal:3", "choice:-1"):
+        with pytest.raises(ValueError, match="budget_caps"):
+            CapDistribution.parse(bad, auto_high=5)
+    with pytest.raises(ValueError, match="groups of 4"):
+        dist.draw(6, torch.Generator(), group_size=4)

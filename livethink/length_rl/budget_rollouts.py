@@ -75,28 +75,34 @@ class CapDistribution:
     def max_cap(self) -> int:
         return max(self.caps)
 
-    def draw(self, n: int, generator: torch.Generator) -> list[int | None]:
-        """``n`` independent draws (None: uncapped)."""
-        picks = torch.randint(len(self.caps), (n,), generator=generator).tolist()
-        free = (torch.rand(n, generator=generator) < self.uncapped_share).tolist()
-        return [None if f else self.caps[i] for i, f in zip(picks, free, strict=True)]
+    def draw(self, n: int, generator: torch.Generator, group_size: int = 1) -> list[int | None]:
+        """``n`` draws (None: uncapped), one per run of ``group_size`` consecutive rows."""
+        if n % group_size:
+            raise ValueError(f"budget forcing: {n} rollouts do not split into groups of {group_size}")
+        k = n // group_size
+        picks = torch.randint(len(self.caps), (k,), generator=generator).tolist()
+        free = (torch.rand(k, generator=generator) < self.uncapped_share).tolist()
+        caps = [None if f else self.caps[i] for i, f in zip(picks, free, strict=True)]
+        return [cap for cap in caps for _ in range(group_size)]
 
 
 @dataclass
 class CapSampler:
     """Draws each rollout's cap and remembers the last draw, which the trainer reads back to mask the forced
-    tokens. ``active``: the trainer turns it on around its training rollouts only (evaluation rollouts and any
+    tokens. ``group_size``: rows that share one cap (a GRPO group: its completions are compared under one cut, so
+    the advantage reflects what each did with the same budget, not which cap it drew). ``active``: the trainer turns it on around its training rollouts only (evaluation rollouts and any
     other use of the engine are not cut)."""
 
     distribution: CapDistribution
     tokens: ForcingTokens
     reply_reserve: int
     generator: torch.Generator
+    group_size: int = 1
     active: bool = False
     last: list[int | None] = field(default_factory=list)
 
     def draw(self, n: int) -> list[int | None]:
-        self.last = self.distribution.draw(n, self.generator) if self.active else [None] * n
+        self.last = self.distribution.draw(n, self.generator, self.group_size) if self.active else [None] * n
         return self.last
 
     def request_args(self, cap: int) -> dict[str, Any]:

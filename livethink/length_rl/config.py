@@ -81,7 +81,10 @@ class GRPOVariantConfig(*option_classes(), GRPOConfig):
     budget_caps: str = field(default="auto", metadata={
         "help": "thinking caps to draw: auto (0 to what budget_deadline_ms holds at budget_tpot_ms), "
                 "uniform:LO:HI or choice:A,B,..."})
-    budget_uncapped_share: float = field(default=0.0, metadata={"help": "share of rollouts drawn with no cap"})
+    budget_uncapped_share: float = field(default=0.0, metadata={"help": "share of draws with no cap"})
+    budget_cap_scope: str = field(default="group", metadata={
+        "help": "group: a prompt's num_generations completions share one drawn cap (compared under one cut); "
+                "completion: each completion draws its own"})
     budget_deadline_ms: float = field(default=1000.0, metadata={"help": "auto caps: the serving deadline"})
     budget_tpot_ms: float = field(default=4.0, metadata={
         "help": "auto caps: the served student's decode time per token (livethink eval's latency probes)"})
@@ -117,6 +120,8 @@ class GRPOVariantConfig(*option_classes(), GRPOConfig):
 
             self.generation_kwargs = calculator_generation_kwargs(self.generation_kwargs)
         if self.budget_forcing:
+            if self.budget_cap_scope not in ("group", "completion"):
+                raise ValueError(f"budget_cap_scope must be group or completion, got {self.budget_cap_scope!r}")
             self.budget_distribution(forced_end_tokens=0)  # validates; the trainer checks the exact token counts
         local_generation = self.per_device_train_batch_size * self.steps_per_generation
         if local_generation % self.num_generations:

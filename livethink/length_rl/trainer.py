@@ -150,16 +150,17 @@ class LengthRLTrainer(GRPOHooks):
         tokens = ForcingTokens.of(self.text_tokenizer, fmt, eos=self.eos_token_ids[0])
         dist = cfg.budget_distribution(forced_end_tokens=len(tokens.forced_end))
         sampler = CapSampler(dist, tokens, cfg.budget_reply_reserve,
-                             torch.Generator().manual_seed(cfg.seed + 104729 * self.accelerator.process_index))
+                             torch.Generator().manual_seed(cfg.seed + 104729 * self.accelerator.process_index),
+                             group_size=self.num_generations if cfg.budget_cap_scope == "group" else 1)
         if self.use_vllm:
             from livethink.length_rl.vllm_budget_forcing import patch_budget_requests
 
             patch_budget_requests(self.vllm_generation, sampler)
         else:
             with_budget_forcing(self.model, sampler)
-        logger.info("budget-forced rollouts: caps %s..%s (%d values, %.0f%% uncapped), forced end %s, reply reserve %d",
-                    min(dist.caps), dist.max_cap, len(dist.caps), 100 * dist.uncapped_share, fmt.forced_end.encode(),
-                    cfg.budget_reply_reserve)
+        logger.info("budget-forced rollouts: caps %s..%s (%d values, %.0f%% uncapped, one per %s), forced end %r, "
+                    "reply reserve %d", min(dist.caps), dist.max_cap, len(dist.caps), 100 * dist.uncapped_share,
+                    cfg.budget_cap_scope, fmt.forced_end, cfg.budget_reply_reserve)
         return sampler
 
     def _mask_budget_forced_tokens(self, output: dict[str, Any]) -> None:
