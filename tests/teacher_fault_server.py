@@ -16,12 +16,18 @@ position in the task list (cycled), so the expected outcome of every task is kno
     truncated          choice 0: finish_reason=length, no reply       -> 1 failed: truncated
     empty              choice 1: empty content                        -> 1 failed: empty
 
+Not in the default cycle (pass ``faults=``):
+
+    429_date_once      HTTP 429 + Retry-After as an HTTP date 2 s ahead, once  -> waited for, ok
+    429_long           HTTP 429 + Retry-After: 600 every time                  -> k failed: rate_limited, no retry
+
 The server binds 127.0.0.1 on a free port, runs uvicorn in a thread and stops within a few seconds.
 """
 
 from __future__ import annotations
 
 import asyncio
+import email.utils
 import json
 import threading
 import time
@@ -41,7 +47,7 @@ from livethink.rft_distill.teachers.scripted import ScriptedTeacher
 FAULTS = ("ok", "500_always", "429_once", "slow_once", "reasoning_field", "malformed_once", "slow_always",
           "truncated", "context", "500_once", "malformed_always", "empty")
 # failed samples per task for each fault, with their reason
-EXPECTED_FAILURES = {"500_always": ("server_error", "all"), "slow_always": ("timeout", "all"),
+EXPECTED_FAILURES = {"500_always": ("server_error", "all"), "429_long": ("rate_limited", "all"), "slow_always": ("timeout", "all"),
                      "malformed_always": ("malformed_response", "all"), "context": ("context_length", "all"),
                      "truncated": ("truncated", 1), "empty": ("empty", 1)}
 
@@ -105,6 +111,13 @@ class FaultServer:
             if fault == "429_once" and call == 1:
                 return self._done("429", JSONResponse({"error": {"message": "slow down"}}, status_code=429,
                                                       headers={"Retry-After": "0.2"}))
+            if fault == "429_date_once" and call == 1:
+                when = email.utils.formatdate(time.time() + 2, usegmt=True)
+                return self._done("429", JSONResponse({"error": {"message": "slow down"}}, status_code=429,
+                                                      headers={"Retry-After": when}))
+            if fault == "429_long":
+                return self._done("429", JSONResponse({"error": {"message": "come back later"}}, status_code=429,
+                                                      headers={"Retry-After": "600"}))
             if fault == "slow_always" or (fault == "slow_once" and call == 1):
                 await asyncio.sleep(self.slow_s)
                 self._done("slow", None)

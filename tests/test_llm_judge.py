@@ -21,7 +21,14 @@ from test_rewards_fixtures import PRICE_ONE, think
 
 from livethink.data.io import task_to_row
 from livethink.rewards import composite_reward, make_judge
-from livethink.rewards.llm_judge import JudgeError, LLMJudge, LLMJudgeConfig, judge_messages, parse_verdict
+from livethink.rewards.llm_judge import (
+    VERDICT_SCHEMA,
+    JudgeError,
+    LLMJudge,
+    LLMJudgeConfig,
+    judge_messages,
+    parse_verdict,
+)
 
 GOOD = {"correct": True, "helpful": True, "reason": "matches the docs"}
 
@@ -31,6 +38,8 @@ class FakeEndpoint:
         self.calls: Counter[str] = Counter()
         self.inflight: Counter[str] = Counter()
         self.peak: Counter[str] = Counter()
+        self.auth: list[str | None] = []
+        self.bodies: list[dict] = []
         self.lock = threading.Lock()
         self.app = FastAPI()
         self.app.post("/v1/chat/completions")(self.chat)
@@ -42,6 +51,8 @@ class FakeEndpoint:
         body = await request.json()
         user = body["messages"][-1]["content"]
         mode = re.search(r"MODE=(\w+)", user).group(1)
+        self.auth.append(request.headers.get("authorization"))
+        self.bodies.append(body)
         with self.lock:
             self.calls[mode] += 1
             n = self.calls[mode]
@@ -102,8 +113,8 @@ def endpoint():
 
 
 def make(endpoint, tmp_path, **overrides) -> LLMJudge:
-    options = dict(base_url=endpoint.base_url, model="judge-model", timeout_s=0.5, max_retries=3, backoff_s=0.01,
-                   max_backoff_s=0.05, cache_path=str(tmp_path / "cache.sqlite"), api_key="test-key")
+    options = dict(base_url=endpoint.base_url, model="judge-model", timeout_s=0.5, max_retries=3,
+                   cache_path=str(tmp_path / "cache.sqlite"), api_key="test-key")
     options.update(overrides)
     return LLMJudge(LLMJudgeConfig(**options))
 
@@ -142,12 +153,33 @@ def test_gives_up_after_retries(endpoint, tmp_path):
 def test_non_retryable_http_error(endpoint, tmp_path):
     before = endpoint.calls["bad_request"]
     verdict = score(make(endpoint, tmp_path), "bad_request")
-    assert "HTTP 400" in verdict.error and endpoint.calls["bad_request"] == before + 1
+    assert endpoint.calls["bad_request"] == before + 1
+    assert verdict.error.startswith("no verdict after 1 attempt: http_400: HTTP 400 from http://127.0.0.1:")
+    assert verdict.error.endswith("/v1/chat/completions: bad model")
+
+
+def test_request_body_carries_schema_and_extra_body(endpoint, tmp_path):
+    judge = make(endpoint, tmp_path, json_mode="schema", extra_body={"chat_template_kwargs": {"enable_thinking": False}})
+    assert score(judge, "ok", "schema body").correct
+    body = endpoint.bodies[-1]
+    assert body["response_format"] == {"type": "json_schema", "json_schema": {"name": "verdict", "schema": VERDICT_SCHEMA}}
+    assert body["chat_template_kwargs"] == {"enable_thinking": False}
+    assert (body["model"], body["temperature"], body["max_tokens"]) == ("judge-model", 0.0, 512)
+
+
+def test_key_comes_from_the_configured_variable_only(endpoint, tmp_path, monkeypatch):
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-not-for-this-endpoint")
+    monkeypatch.setenv("LIVETHINK_TEST_JUDGE_KEY", "judge-key")
+    score(make(endpoint, tmp_path, api_key=None, api_key_env="LIVETHINK_TEST_JUDGE_KEY"), "ok", "key one")
+    score(make(endpoint, tmp_path, api_key=None, api_key_env="LIVETHINK_TEST_NO_KEY"), "ok", "key two")
+    score(make(endpoint, tmp_path), "ok", "key three")
+    assert endpoint.auth[-3:] == ["Bearer judge-key", "Bearer EMPTY", "Bearer test-key"]
 
 
 def test_unreachable_endpoint(tmp_path):
-    judge = LLMJudge(LLMJudgeConfig(base_url="http://127.0.0.1:9/v1", max_retries=1, backoff_s=0.01, cache_path=None))
-    assert "connection error" in judge.score(PRICE_ONE, think("$76.80.")).error
+    judge = LLMJudge(LLMJudgeConfig(base_url="http://127.0.0.1:9/v1", max_retries=1, cache_path=None))
+    error = judge.score(PRICE_ONE, think("$76.80.")).error
+    assert error.startswith("no verdict after 2 attempts: connection: cannot reach http://127.0.0.1:9/v1/chat/completions")
 
 
 def test_disk_cache_second_call_makes_no_request(endpoint, tmp_path):
@@ -181,7 +213,7 @@ def test_bounded_concurrency(endpoint, tmp_path):
 
 def test_composite_reward_with_llm_judge_config(endpoint, tmp_path):
     reward = composite_reward(l_ref=100, judge={"name": "llm", "base_url": endpoint.base_url, "model": "m",
-                                               "cache_path": str(tmp_path / "c.sqlite"), "backoff_s": 0.01})
+                                               "cache_path": str(tmp_path / "c.sqlite")})
     row = task_to_row(PRICE_ONE)
     out = reward(completions=[think("$76.80. MODE=ok", reasoning=" ".join(["w"] * 30))],
                  **{k: [v] for k, v in row.items()})

@@ -4,20 +4,19 @@ The judge sees the product docs, the dialogue history, the question, the reply (
 judges the response) and, by default, the shop's reference answer, and must answer with JSON
 ``{"correct": bool, "helpful": bool, "reason": str}``.
 
-Transport: ``POST {base_url}/chat/completions`` with httpx; a per-request timeout; retries with exponential
-backoff and jitter on timeouts, connection errors, HTTP 408/409/425/429/5xx (``Retry-After`` honoured) and
-unparsable answers; ``score_many`` runs at most ``max_concurrency`` requests at once. Verdicts are cached on disk
-(SQLite, keyed by a SHA-256 of model + messages + sampling) so a re-run makes no request for a seen reply. When
-every attempt fails, ``on_error="reject"`` returns a verdict with ``details["error"]`` (reward adapters turn it
-into ``None``, which TRL ignores), ``on_error="raise"`` raises ``JudgeError``.
+Transport: the official ``openai`` client under the shared policy of ``livethink.openai_client`` (timeouts,
+retries of connection errors, timeouts, 408/409/429/5xx with ``Retry-After`` honoured, and unparsable answers
+asked again, all within ``1 + max_retries`` attempts); ``score_many`` runs at most ``max_concurrency`` requests
+at once. Verdicts are cached on disk (SQLite, keyed by a SHA-256 of model + messages + sampling) so a re-run makes
+no request for a seen reply. When every attempt fails, ``on_error="reject"`` returns a verdict with
+``details["error"]`` (reward adapters turn it into ``None``, which TRL ignores), ``on_error="raise"`` raises
+``JudgeError``.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
-import random
 import re
 import sqlite3
 import threading
@@ -28,10 +27,11 @@ from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any, Literal
 
-import httpx
+import openai
 
 from livethink.data.liveshop.questions import describe_answer
 from livethink.data.schema import Reference, Task
+from livethink.openai_client import EndpointError, chat, resolve_api_key, sync_client
 from livethink.rewards.parse import Completion, parse_completion
 from livethink.rewards.verdict import Verdict
 
@@ -59,17 +59,9 @@ VERDICT_SCHEMA: dict[str, Any] = {
     "additionalProperties": False,
 }
 
-RETRYABLE_STATUS = frozenset({408, 409, 425, 429, 500, 502, 503, 504})
-
 
 class JudgeError(RuntimeError):
     """The endpoint gave no usable verdict after every retry (or a non-retryable HTTP error)."""
-
-
-class _Retryable(Exception):
-    def __init__(self, message: str, retry_after: float | None = None):
-        super().__init__(message)
-        self.retry_after = retry_after
 
 
 @dataclass
@@ -78,10 +70,8 @@ class LLMJudgeConfig:
     model: str = "judge"
     api_key: str | None = None
     api_key_env: str | None = "OPENAI_API_KEY"  # read only when api_key is not given
-    timeout_s: float = 60.0
-    max_retries: int = 4  # attempts = 1 + max_retries
-    backoff_s: float = 0.5  # first wait; doubles each retry, with ±25% jitter
-    max_backoff_s: float = 10.0
+    timeout_s: float = 60.0  # per read/write of an attempt (livethink.openai_client)
+    max_retries: int = 4  # attempts = 1 + max_retries, waits chosen by the openai client
     max_concurrency: int = 8
     temperature: float = 0.0
     max_tokens: int = 512
@@ -188,6 +178,14 @@ def cache_key(payload: dict[str, Any]) -> str:
     return hashlib.sha256(json.dumps(keyed, sort_keys=True, ensure_ascii=False).encode()).hexdigest()
 
 
+def _verdict_of(response: dict[str, Any]) -> dict[str, Any]:
+    try:
+        content = response["choices"][0]["message"]["content"]
+    except (KeyError, IndexError, TypeError) as exc:
+        raise ValueError(f"no message in the response: {str(response)[:200]!r}") from exc
+    return parse_verdict(content or "")
+
+
 # ---------------------------------------------------------------- cache
 
 
@@ -244,22 +242,22 @@ class LLMJudge:
 
     name = "llm"
 
-    def __init__(self, config: LLMJudgeConfig | None = None, client: httpx.Client | None = None, **options: Any):
+    def __init__(self, config: LLMJudgeConfig | None = None, client: openai.OpenAI | None = None, **options: Any):
         self.config = config or LLMJudgeConfig.from_dict(options)
-        self._client = client or httpx.Client(timeout=self.config.timeout_s)
-        self._cache = VerdictCache(self.config.cache_path)
+        cfg = self.config
+        key = resolve_api_key(cfg.api_key, cfg.api_key_env)
+        self._client = client or sync_client(cfg.base_url, api_key=key, timeout_s=cfg.timeout_s,
+                                             max_retries=cfg.max_retries, headers=cfg.headers)
+        self._cache = VerdictCache(cfg.cache_path)
         self._stats_lock = threading.Lock()
         self.stats = {"requests": 0, "cache_hits": 0, "retries": 0, "failures": 0}
-        key = self.config.api_key or (os.environ.get(self.config.api_key_env) if self.config.api_key_env else None)
-        self._headers = {"Content-Type": "application/json", **self.config.headers}
-        if key:
-            self._headers["Authorization"] = f"Bearer {key}"
 
-    def _count(self, stat: str) -> None:
+    def _count(self, stat: str, n: int = 1) -> None:
         with self._stats_lock:
-            self.stats[stat] += 1
+            self.stats[stat] += n
 
     def payload(self, task: Task, reply: str) -> dict[str, Any]:
+        """The chat-completions request body for one reply (also what the cache key is made of)."""
         payload: dict[str, Any] = {
             "model": self.config.model,
             "messages": judge_messages(task, reply, self.config.include_reference),
@@ -273,47 +271,18 @@ class LLMJudge:
             payload["response_format"] = {"type": "json_object"}
         return payload
 
-    def _request(self, payload: dict[str, Any]) -> dict[str, Any]:
-        url = self.config.base_url.rstrip("/") + "/chat/completions"
-        self._count("requests")
+    def _ask(self, payload: dict[str, Any]) -> dict[str, Any]:
+        """The verdict for ``payload`` (the client's retries, unparsable answers asked again); ``JudgeError``."""
         try:
-            response = self._client.post(url, json=payload, headers=self._headers, timeout=self.config.timeout_s)
-        except httpx.TimeoutException as exc:
-            raise _Retryable(f"timeout after {self.config.timeout_s}s") from exc
-        except httpx.TransportError as exc:
-            raise _Retryable(f"connection error: {exc}") from exc
-        if response.status_code in RETRYABLE_STATUS:
-            retry_after = response.headers.get("retry-after")
-            wait = float(retry_after) if retry_after and retry_after.replace(".", "", 1).isdigit() else None
-            raise _Retryable(f"HTTP {response.status_code}", wait)
-        if response.status_code >= 400:
-            raise JudgeError(f"HTTP {response.status_code} from {url}: {response.text[:200]}")
-        try:
-            content = response.json()["choices"][0]["message"]["content"]
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise _Retryable(f"malformed response body: {response.text[:200]!r}") from exc
-        try:
-            return parse_verdict(content or "")
-        except ValueError as exc:
-            raise _Retryable(str(exc)) from exc
-
-    def _with_retries(self, payload: dict[str, Any]) -> dict[str, Any]:
-        cfg = self.config
-        last = "no attempt"
-        for attempt in range(cfg.max_retries + 1):
-            if attempt:
-                self._count("retries")
-            try:
-                return self._request(payload)
-            except _Retryable as exc:
-                last = str(exc)
-                if attempt == cfg.max_retries:
-                    break
-                wait = min(cfg.max_backoff_s, cfg.backoff_s * 2**attempt) * random.uniform(0.75, 1.25)
-                if exc.retry_after is not None:
-                    wait = max(wait, min(exc.retry_after, cfg.max_backoff_s))
-                time.sleep(wait)
-        raise JudgeError(f"no verdict after {cfg.max_retries + 1} attempts: {last}")
+            reply = chat(self._client, payload, _verdict_of)
+        except EndpointError as exc:
+            self._count("requests", exc.attempts)
+            self._count("retries", exc.attempts - 1)
+            tries = f"{exc.attempts} attempt{'s' if exc.attempts != 1 else ''}"
+            raise JudgeError(f"no verdict after {tries}: {exc.reason}: {exc.detail}") from exc
+        self._count("requests", reply.attempts)
+        self._count("retries", reply.attempts - 1)
+        return reply.value
 
     def score(self, task: Task, completion: Completion) -> Verdict:
         reply = parse_completion(completion).reply
@@ -326,7 +295,7 @@ class LLMJudge:
             self._count("cache_hits")
             return Verdict(cached["correct"], cached["helpful"], {"judge": self.name, "cached": True, **cached})
         try:
-            verdict = self._with_retries(payload)
+            verdict = self._ask(payload)
         except JudgeError as exc:
             self._count("failures")
             if self.config.on_error == "raise":

