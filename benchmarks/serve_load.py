@@ -730,13 +730,14 @@ def main(argv: list[str] | None = None) -> int:
         import yaml
         from transformers import AutoTokenizer
 
-        from livethink.data.prompt import THINK_OPEN, build_messages
+        from livethink.data.prompt import build_messages, render_prompt
+        from livethink.data.reasoning_format import resolve
 
         cfg = yaml.safe_load((ROOT / "configs/tiny/serve.yaml").read_text())
         cap = int(cfg["budget"]["max_thinking_tokens"]) + int(cfg["budget"]["reply_reserve"])
         tok = AutoTokenizer.from_pretrained(str(arms[first]))
-        prompts = {t.id: tok.apply_chat_template(build_messages(t), tokenize=False, add_generation_prompt=True)
-                   + f"{THINK_OPEN}\n" for t in tasks}
+        fmt, _ = resolve("auto", tok, arms[first])
+        prompts = {t.id: render_prompt(tok, build_messages(t), fmt, thinking=True) for t in tasks}  # as livethink
         params = {"max_tokens": cap, "temperature": cfg["sampling"]["temperature"], "top_p": cfg["sampling"]["top_p"]}
         server = vllm_server(arms[first], workdir)
         try:

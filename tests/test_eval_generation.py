@@ -23,14 +23,22 @@ def test_batched_generation_with_padding(student_dir, liveshop_small):
     assert probes[0].ttft_s > 0 and probes[0].e2e_s > 0  # not ordered: a reply that stops at once times like one token
 
 
-def test_forced_start_begins_the_completion_of_its_task_only(student_dir, liveshop_small):
+def test_prompts_render_as_served_and_token_continuations_need_no_retokenization(student_dir, liveshop_small):
+    from livethink.data.prompt import build_messages, render_prompt_ids
+    from livethink.data.reasoning_format import THINK
+
     tasks = liveshop_small.tasks["test"][:2]
     generator = TransformersGenerator(student_dir, batch_size=1)  # no padding: greedy output per task is fixed
-    plain = generator.generate(tasks, max_tokens=4)
-    forced = generator.generate(tasks, max_tokens=4, starts={tasks[0].id: "<think>\nProduct"})
-    assert forced[0].completion.startswith("<think>\nProduct")
-    assert len(forced[0].completion) > len("<think>\nProduct")  # the model went on from the forced start
-    assert forced[1].completion == plain[1].completion
+    assert generator.reasoning_format == THINK
+    plain = generator.generate(tasks, max_tokens=6)
+    for task, g in zip(tasks, plain, strict=True):
+        assert list(g.prompt_ids) == render_prompt_ids(generator.tokenizer, build_messages(task), THINK, True)
+        assert g.completion.startswith("<think>\n")  # the prompt opened the reasoning: the completion shows it
+        assert g.completion == "<think>\n" + generator.tokenizer.decode(g.token_ids, skip_special_tokens=True)
+    g = plain[0]
+    assert len(g.token_ids) >= 2
+    (c,) = generator.continue_from([[*g.prompt_ids, *g.token_ids[:2]]], max_tokens=4)
+    assert c.token_ids == g.token_ids[2:6]  # greedy, from the same ids: the same tokens
 
 
 def test_make_generator_rejects_missing_dir(tmp_path):
@@ -80,3 +88,29 @@ def test_eval_cli_note_heads_the_report(student_dir, liveshop_small, tmp_path):
                  "--note", QUICK_NOTICE]) == 0
     assert json.loads((out / "eval.json").read_text())["meta"]["note"] == QUICK_NOTICE
     assert f"> **Note:** {QUICK_NOTICE}" in (out / "eval.md").read_text()
+
+
+def test_eval_cli_default_thinking_caps_calibrate_with_the_reply_reserve(student_dir, liveshop_small, tmp_path):
+    import json
+    import shutil
+
+    from livethink.data.io import write_jsonl
+    from livethink.eval.cli import main
+    from livethink.eval.thinking_curve import DEFAULT_CAPS, load_curve
+
+    data = tmp_path / "data"
+    write_jsonl(liveshop_small.tasks["validation"][:3], data / "validation.jsonl")
+    model = tmp_path / "student"
+    shutil.copytree(student_dir, model)
+    out = tmp_path / "eval"
+    assert main(["--model", str(model), "--data", str(data), "--split", "validation", "--engine", "transformers",
+                 "--max-tokens", "24", "--latency-probes", "0", "--thinking-caps", "--reply-reserve", "8",
+                 "--out", str(out)]) == 0
+    curve = load_curve(model)
+    assert curve.caps == DEFAULT_CAPS and curve.reply_reserve == 8 and curve.n_tasks == 3
+    (row,) = json.loads((out / "eval.json").read_text())["results"]
+    assert row["thinking_curve"]["caps"] == list(DEFAULT_CAPS)
+    completions = (out / "completions" / "student.jsonl").read_text().splitlines()
+    assert all(json.loads(line)["completion"].startswith("<think>\n") for line in completions)
+    assert main(["--model", str(model), "--data", str(data), "--split", "validation", "--reply-reserve", "0",
+                 "--out", str(tmp_path / "bad")]) == 2

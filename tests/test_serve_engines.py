@@ -98,6 +98,9 @@ def test_transformers_budget_forcing_closes_the_think_block_then_replies(hf_engi
         sum(d.tokens for d in deltas)
         == 5 + len(tokenizer.encode(FORCED_THINK_END, add_special_tokens=False)) + 6
     )
+    ids = [t for d in deltas for t in d.token_ids]  # each delta's token ids: thinking, the forced end, the reply
+    end_ids = tokenizer.encode(FORCED_THINK_END, add_special_tokens=False)
+    assert len(ids) == sum(d.tokens for d in deltas) and ids[5 : 5 + len(end_ids)] == end_ids
 
 
 def test_transformers_thinking_deadline_and_zero_cap_force_at_once(hf_engine, tokenizer):
@@ -233,6 +236,7 @@ def test_vllm_two_phase_continuation(tokenizer):
     assert params1.max_tokens == 5 and params1.stop_token_ids == [llm.close_id]
     assert p2 == p1 + [llm.word] * 5 + llm.end_ids and params2.max_tokens == 6
     assert sum(d.forced_end_of_thinking for d in deltas) == 1
+    assert [t for d in deltas for t in d.token_ids][: len(p2) - len(p1)] == p2[len(p1):]  # ids as continued from
     assert parse_completion(f"{THINK_OPEN}\n" + "".join(d.text for d in deltas)).reply
 
 

@@ -19,7 +19,11 @@ from serve_fixtures import (
     tiny_student_dir,
 )
 
-from livethink.eval.harness import thinking_cap_completions
+from livethink.data.budget_forcing import ForcingTokens, thinking_opened
+from livethink.data.prompt import render_prompt_ids
+from livethink.data.reasoning_format import THINK
+from livethink.eval.generation import Generation
+from livethink.eval.harness import thinking_cap_prompts
 from livethink.eval.thinking_curve import build_curve, load_curve, min_thinking, parse_caps, save_curve
 from livethink.serve.app import create_app
 from livethink.serve.config import EndpointConfig, EndpointsConfig, load_config
@@ -141,21 +145,32 @@ def test_auto_is_the_default_below_the_floor_and_in_every_shipped_serve_config()
         assert (endpoints.livestream.below_min_thinking, endpoints.chat.below_min_thinking) == ("auto", "auto"), path
 
 
-def test_budget_forced_starts_cut_long_reasoning_and_keep_short():
+def test_cap_prompts_cut_long_thinking_in_token_space_and_keep_short():
     tok = load_tokenizer(tiny_student_dir())
+    tokens = ForcingTokens.of(tok, THINK)
+    prompt = tuple(render_prompt_ids(tok, [{"role": "user", "content": "How much is the hoodie?"}], THINK, True))
+    _, prefilled = thinking_opened(prompt, (), tokens)
+    assert prefilled >= 1  # the "\n" after <think> counts towards the cap, as on the server
+
+    def gen(task_id: str, text: str, finish: str = "stop") -> Generation:
+        return Generation(task_id, "<think>\n" + text, finish, prompt, tuple(tok.encode(text, add_special_tokens=False)))
+
     long_reasoning = "the hoodie costs 39 and ships in 2 days so the answer is 39"
-    completions = {
-        "short": ("<think>\nprice 39\n</think>\n\nIt costs $39.", "stop"),
-        "long": (f"<think>\n{long_reasoning}\n</think>\n\nIt costs $39.", "stop"),
-        "open": ("<think>\nstill thinking", "length"),
-    }
-    n_short = len(tok.encode("price 39", add_special_tokens=False))
-    starts, kept = thinking_cap_completions(completions, tok, n_short)
-    assert set(kept) == {"short"} and set(starts) == {"long", "open"}
-    first = tok.decode(tok.encode(long_reasoning, add_special_tokens=False)[:n_short], skip_special_tokens=True)
-    assert starts["long"] == f"<think>\n{first.rstrip()}{FORCED_THINK_END}"
-    starts0, _ = thinking_cap_completions(completions, tok, 0)
-    assert set(starts0) == set(completions) and starts0["short"] == f"<think>\n{FORCED_THINK_END}"
+    gens = [gen("short", "price 39\n</think>\n\nIt costs $39."),
+            gen("long", f"{long_reasoning}\n</think>\n\nIt costs $39."),
+            gen("open", "still thinking", "length")]
+    closes_at = gens[0].token_ids.index(tokens.close[0])  # output index of the short completion's </think>
+    cap = prefilled + closes_at + 1  # the short one closed within its cap
+    cut, kept = thinking_cap_prompts(gens, cap, tokens)
+    assert kept == ["short"] and set(cut) == {"long", "open"}
+    thought = cap - prefilled
+    assert cut["long"] == [*prompt, *gens[1].token_ids[:thought], *tokens.forced_end]
+    assert cut["open"] == [*prompt, *gens[2].token_ids, *tokens.forced_end]  # it stopped before the cap
+    cut, kept = thinking_cap_prompts(gens, cap - 1, tokens)  # one less: the short one is cut where it closed
+    assert kept == [] and cut["short"] == [*prompt, *gens[0].token_ids[:closes_at], *tokens.forced_end]
+    cut0, _ = thinking_cap_prompts(gens, 0, tokens)
+    assert set(cut0) == {"short", "long", "open"} and cut0["short"] == [*prompt, *tokens.forced_end]
+    assert tok.decode(cut0["short"][len(prompt):]) == FORCED_THINK_END
 
 
 # -- the server -----------------------------------------------------------------------------------------

@@ -84,6 +84,8 @@ def test_transformers_teacher_batches_k_samples(tiny_checkpoint, liveshop_small)
         assert s.teacher == "transformers" and 1 <= s.meta["completion_tokens"] <= 6
         assert s.meta["prompt_tokens"] > 50
         assert s.finish_reason in ("stop", "length", "error")
+        # rendered as served: the prompt opened the reasoning, and the completion starts with that opening
+        assert not s.ok or s.completion.startswith("<think>\n")
     short = make_teacher({"type": "transformers", "model": str(tiny_checkpoint), "max_prompt_tokens": 10})
     (failed,) = short.generate(tasks[:1], 2, SamplingConfig(max_tokens=4))
     assert all(s.error.startswith("context_length:") for s in failed)

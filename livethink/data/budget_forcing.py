@@ -20,6 +20,10 @@ from typing import Any
 
 from livethink.data.reasoning_format import ReasoningFormat
 
+REPLY_RESERVE = 48
+"""Tokens a reply gets after the forced end unless configured otherwise: the server's ``budget.reply_reserve``
+default and ``livethink eval --reply-reserve``'s, so that a calibrated cap is measured as it is served."""
+
 
 @dataclass(frozen=True)
 class ForcingTokens:

@@ -12,9 +12,11 @@ import shlex
 import sys
 from pathlib import Path
 
+from livethink.data.budget_forcing import REPLY_RESERVE
 from livethink.data.io import read_tasks
 from livethink.eval.harness import judge_completions, model_result, token_counter
 from livethink.eval.report import write_report
+from livethink.eval.thinking_curve import DEFAULT_CAPS
 
 
 def evaluate_teacher(teacher_type: str, tasks, judge, tokenizer, temperature: float, seed: int,
@@ -59,8 +61,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--judge-base-url")
     p.add_argument("--judge-model")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--thinking-caps", help="e.g. 0,16,32,64,128: correctness against the thinking cap (budget "
-                   "forcing) and the model's minimum thinking budget, saved beside the checkpoint")
+    p.add_argument("--thinking-caps", nargs="?", const=",".join(map(str, DEFAULT_CAPS)),
+                   help="correctness against the thinking cap, budget-forced in token space as the server forces it, "
+                   "and the model's minimum thinking budget, saved beside the checkpoint; alone: the caps "
+                   f"{','.join(map(str, DEFAULT_CAPS))} (and uncapped), or a list such as 0,16,32")
+    p.add_argument("--reply-reserve", type=int, default=REPLY_RESERVE,
+                   help="reply tokens after a forced end of thinking in the cap curve: the server's "
+                   f"budget.reply_reserve (default {REPLY_RESERVE}, the server's default)")
     p.add_argument("--min-thinking-ratio", type=float, default=0.9,
                    help="the minimum thinking budget keeps this share of the uncapped correctness (default 0.9)")
     p.add_argument("--calibration-out", help="where the thinking calibration goes (default: "
@@ -93,6 +100,9 @@ def main(argv: list[str] | None = None) -> int:
     if not 0 < args.min_thinking_ratio <= 1:
         print(f"error: --min-thinking-ratio must be in (0, 1], got {args.min_thinking_ratio}", file=sys.stderr)
         return 2
+    if args.reply_reserve < 1:
+        print(f"error: --reply-reserve must be >= 1, got {args.reply_reserve}", file=sys.stderr)
+        return 2
 
     split_file = Path(args.data) / f"{args.split}.jsonl"
     if not split_file.is_file():
@@ -119,7 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         name = args.name[i] if args.name else Path(model_dir).name
         result, _, completions = evaluate_model(model_dir, tasks, judge, args.engine, args.max_tokens, args.latency_probes, name,
                                                  calculator=args.calculator, device=args.device, dtype=args.dtype,
-                                                 thinking_caps=caps, min_thinking_ratio=args.min_thinking_ratio)
+                                                 thinking_caps=caps, min_thinking_ratio=args.min_thinking_ratio,
+                                                 reply_reserve=args.reply_reserve)
         if "thinking_curve" in result:
             data = {**result["thinking_curve"], "split": args.split,
                     "command": "livethink eval " + shlex.join(argv if argv is not None else sys.argv[1:])}

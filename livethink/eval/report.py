@@ -73,6 +73,10 @@ def write_report(results: Sequence[dict[str, Any]], out_dir: str | Path, title: 
           by_kind_table(results), ""]
     curves = [r for r in results if r.get("thinking_curve")]
     if curves:
-        md += ["## Correctness against the thinking cap (budget forcing)", "", curve_table(curves), ""]
+        reserves = sorted({str(r["thinking_curve"].get("reply_reserve")) for r in curves})
+        md += ["## Correctness against the thinking cap (budget forcing)", "",
+               "Each greedy completion is cut as the server cuts it, in tokens (those after the start of thinking, "
+               f"the pre-filled ones included), and the reply gets {' / '.join(reserves)} tokens after the forced "
+               "end.", "", curve_table(curves), ""]
     (out / "eval.md").write_text("\n".join(md))
     return out / "eval.md"

@@ -1,11 +1,13 @@
 """Correctness against the thinking cap, and the minimum thinking budget it implies for a model.
 
-The curve is measured by budget forcing (s1, arXiv 2501.19393): a completion whose reasoning is longer than
-the cap ``c`` keeps its first ``c`` reasoning tokens, gets the end-of-thinking delimiter, and the model writes
-its reply from there; a completion that thinks less than ``c`` is unchanged (greedy decoding). The model's
-minimum thinking budget is the smallest cap whose correctness reaches ``ratio`` times the uncapped one: below
-it, a forced reply is wrong more often. Below the floor the server sheds, falls back or answers per endpoint;
-its default (``auto``) reads this curve's correctness at the request's cap (``livethink.serve.quality``).
+The curve is measured by budget forcing (s1, arXiv 2501.19393) exactly as the server forces, in token space
+(``livethink.data.budget_forcing``): the greedy completion of the prompt the server renders is cut once its
+thinking (the tokens after the start delimiter, pre-filled ones included) reaches the cap ``c``, the format's
+forced end follows, and the model writes its reply from those token ids with the server's reply reserve; a
+completion whose thinking closes before ``c`` is unchanged. The model's minimum thinking budget is the smallest cap
+whose correctness reaches ``ratio`` times the uncapped one: below it, a forced reply is wrong more often. Below the
+floor the server sheds, falls back or answers per endpoint; its default (``auto``) reads this curve's correctness at
+the request's cap (``livethink.serve.quality``).
 
 The result is saved beside the checkpoint as ``thinking_calibration.json`` and read by the server.
 """
@@ -20,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 CALIBRATION_FILE = "thinking_calibration.json"
+DEFAULT_CAPS = (0, 32, 64, 96, 128, 192)  # ``livethink eval --thinking-caps`` without a list (uncapped is measured too)
 
 
 @dataclass(frozen=True)
@@ -36,6 +39,7 @@ class ThinkingCurve:
     n_tasks: int
     split: str = ""
     command: str = ""
+    reply_reserve: int | None = None  # reply tokens after a forced end (None: not recorded)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -75,6 +79,7 @@ def build_curve(
     n_tasks: int,
     split: str = "",
     command: str = "",
+    reply_reserve: int | None = None,
 ) -> ThinkingCurve:
     return ThinkingCurve(
         tuple(caps),
@@ -87,6 +92,7 @@ def build_curve(
         n_tasks,
         split,
         command,
+        reply_reserve,
     )
 
 
@@ -117,7 +123,3 @@ def load_curve(path: str | Path) -> ThinkingCurve | None:
         raise ValueError(f"{path}: min_thinking_tokens must be >= 0")
     return curve
 
-
-def truncate_reasoning(reasoning_ids: Sequence[int], cap: int) -> list[int]:
-    """The first ``cap`` reasoning tokens (the budget-forced prefix)."""
-    return list(reasoning_ids[: max(0, cap)])

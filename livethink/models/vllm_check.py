@@ -37,6 +37,8 @@ def vllm_smoke(
     """
     from vllm import SamplingParams  # vLLM reads its environment when the engine starts (in build_llm)
 
+    from livethink.data.prompt import render_prompt
+    from livethink.data.reasoning_format import resolve
     from livethink.engines import build_llm
 
     t0 = time.perf_counter()
@@ -46,7 +48,9 @@ def vllm_smoke(
 
     # The chat template must render inside vLLM too (its renderer, the tokenizer from the directory).
     chat = llm.chat(PROMPT_MESSAGES, SamplingParams(max_tokens=16, temperature=0.0), use_tqdm=False)[0]
-    prompt = llm.get_tokenizer().apply_chat_template(PROMPT_MESSAGES, tokenize=False, add_generation_prompt=True)
+    tokenizer = llm.get_tokenizer()
+    fmt, _ = resolve("auto", tokenizer, model_dir)
+    prompt = render_prompt(tokenizer, PROMPT_MESSAGES, fmt, thinking=fmt.thinks)  # as the server renders it
     params = SamplingParams(max_tokens=max_tokens, temperature=1.0, ignore_eos=True, seed=0)
     llm.generate([prompt] * num_prompts, params, use_tqdm=False)  # warm-up
     t1 = time.perf_counter()

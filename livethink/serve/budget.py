@@ -30,6 +30,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
+from livethink.data.budget_forcing import REPLY_RESERVE
+
 
 @dataclass(frozen=True)
 class Estimates:
@@ -60,7 +62,7 @@ class BudgetPolicy:
     """How a deadline becomes tokens (token counts are output tokens)."""
 
     margin_s: float = 0.05
-    reply_reserve: int = 48
+    reply_reserve: int = REPLY_RESERVE
     min_reply_tokens: int = 8
     max_thinking_tokens: int = 256
     max_tokens: int = 512

@@ -15,6 +15,7 @@ from urllib.parse import urlparse
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
+from livethink.data.budget_forcing import REPLY_RESERVE
 from livethink.data.reasoning_format import parse_setting
 from livethink.serve.budget import BudgetPolicy
 from livethink.serve.controller import EstimatorSettings
@@ -119,7 +120,7 @@ class BudgetConfig(_Strict):
     max_deadline_ms: int = Field(default=120_000, gt=0)
     margin_ms: float = Field(default=50.0, ge=0)
     finalize_ms: float = Field(default=50.0, ge=0)  # the hard cut comes this long before the deadline
-    reply_reserve: int = Field(default=48, ge=1)
+    reply_reserve: int = Field(default=REPLY_RESERVE, ge=1)
     min_reply_tokens: int = Field(default=24, ge=1)
     max_thinking_tokens: int = Field(default=256, ge=0)
     max_tokens: int = Field(default=512, ge=1)

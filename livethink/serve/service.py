@@ -18,7 +18,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from livethink.data.prompt import build_messages
+from livethink.data.prompt import build_messages, render_prompt_ids
 from livethink.data.reasoning_format import ReasoningFormat
 from livethink.data.schema import Reference, Task
 from livethink.rewards.parse import parse_completion
@@ -171,12 +171,7 @@ class Service:
 
     def _tokenize(self, model: str, messages: list[dict[str, str]], thinking: bool, param: str) -> list[int]:
         tok = self.engines[self.engine_keys[model]].tokenizer_for(model)
-        fmt = self.reasoning_format(model)
-        kwargs = {} if thinking or not fmt.thinks else {"enable_thinking": False}
-        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True, **kwargs)
-        if thinking and not text.rstrip().endswith(fmt.start):  # templates such as DeepSeek-R1's open it themselves
-            text += fmt.prefill
-        ids = tok.encode(text, add_special_tokens=False)
+        ids = render_prompt_ids(tok, messages, self.reasoning_format(model), thinking)
         limit = self.config.max_prompt_tokens
         if len(ids) > limit:
             raise bad_request(

@@ -39,10 +39,14 @@ def sample_from_output(
     finish_reason: str | None = "stop",
     latency_s: float = 0.0,
     meta: dict[str, Any] | None = None,
+    opened: str = "",
 ) -> Sample:
-    """A ``Sample`` from one output, or a failed one (see module docstring)."""
+    """A ``Sample`` from one output, or a failed one (see module docstring). ``opened``: the reasoning the prompt
+    opened (``livethink.data.prompt.completion_prefix``), put before generated content to make the completion."""
     meta = dict(meta or {})
     content, reasoning = content or "", reasoning or ""
+    if content.strip():
+        content = opened + content
     raw_finish = (finish_reason or "stop").lower()
     if raw_finish not in OK_FINISH:
         meta["raw_finish_reason"] = raw_finish

@@ -1,9 +1,11 @@
 """Teacher on local transformers generation (``model.generate`` with ``num_return_sequences=k``, batched).
 
 The fallback when vLLM is not available: slower, but it needs only torch + transformers. Prompts are the chat
-messages of ``build_messages`` rendered with the checkpoint's chat template, left-padded into batches of
-``batch_size`` tasks. Sampling is seeded per batch (``torch.manual_seed``), so results depend on the batching.
-A prompt longer than ``max_prompt_tokens`` becomes k ``context_length`` failed samples.
+messages of ``build_messages`` rendered as the server renders them (``livethink.data.prompt.render_prompt``: a
+checkpoint that thinks starts inside its reasoning, and its completion is that opening plus the generated text),
+left-padded into batches of ``batch_size`` tasks. Sampling is seeded per batch (``torch.manual_seed``), so
+results depend on the batching. A prompt longer than ``max_prompt_tokens`` becomes k ``context_length`` failed
+samples.
 """
 
 from __future__ import annotations
@@ -14,7 +16,8 @@ from dataclasses import dataclass, fields
 from pathlib import Path
 from typing import Any
 
-from livethink.data.prompt import build_messages
+from livethink.data.prompt import build_messages, completion_prefix, render_prompt
+from livethink.data.reasoning_format import ReasoningFormat, resolve
 from livethink.data.schema import Task
 from livethink.engines import load_generation_model
 from livethink.rft_distill.teachers.base import Sample, SamplingConfig, check_k
@@ -60,11 +63,13 @@ class TransformersTeacher:
         self.name = self.config.name
         self._model = None
         self._tokenizer = None
+        self._format: ReasoningFormat | None = None
 
     def _load(self):
         if self._model is None:
             cfg = self.config
             self._model, self._tokenizer, _ = load_generation_model(cfg.model, dtype=cfg.dtype, device=cfg.device)
+            self._format, _ = resolve("auto", self._tokenizer, cfg.model)
         return self._model, self._tokenizer
 
     def generate(self, tasks: Sequence[Task], k: int, sampling: SamplingConfig | None = None) -> Iterator[list[Sample]]:
@@ -79,7 +84,8 @@ class TransformersTeacher:
         import torch
 
         model, tok = self._load()
-        texts = [tok.apply_chat_template(build_messages(t), add_generation_prompt=True, tokenize=False) for t in tasks]
+        texts = [render_prompt(tok, build_messages(t), self._format, thinking=True) for t in tasks]
+        prefix = completion_prefix(self._format, thinking=True)
         lengths = [len(tok(text, add_special_tokens=False)["input_ids"]) for text in texts]
         runnable = [i for i, n in enumerate(lengths) if n <= self.config.max_prompt_tokens]
         results: dict[int, list[Sample]] = {}
@@ -111,7 +117,7 @@ class TransformersTeacher:
                     used = ids if stop is None else ids[:stop]
                     samples.append(sample_from_output(
                         task_id=tasks[i].id, sample_index=j, teacher=self.name,
-                        content=tok.decode(used, skip_special_tokens=True),
+                        content=tok.decode(used, skip_special_tokens=True), opened=prefix,
                         finish_reason="stop" if stop is not None else "length", latency_s=latency,
                         meta={"prompt_tokens": lengths[i], "completion_tokens": len(used) + (stop is not None)}))
                 results[i] = samples

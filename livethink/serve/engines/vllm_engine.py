@@ -283,7 +283,7 @@ class VLLMEngine:
                     async for text, ids, finish, _ in stream:
                         run.generated += ids
                         run.finish = finish
-                        yield Delta(text, len(ids))
+                        yield Delta(text, len(ids), token_ids=tuple(ids))
             if run.continue_with_end:
                 guard.thinking = False
                 async for delta in self._reply(request, budget, run):
@@ -323,13 +323,13 @@ class VLLMEngine:
                         not native and was_thinking and not guard.thinking
                     ):  # stopped on </think> (not in text)
                         run.generated.pop()
-                        yield Delta(text, len(ids) - 1)
+                        yield Delta(text, len(ids) - 1, token_ids=tuple(ids[:-1]))
                         run.continue_with_end, run.natural = True, True
                         return
                     if not native and self._close_id is None and finish == "stop" and stop_reason == fmt.end:
                         # stopped on a multi-token end string: the text excludes it, the token ids may not
                         run.generated = self._tokenizer.encode(run.text, add_special_tokens=False)
-                        yield Delta(text, len(ids))
+                        yield Delta(text, len(ids), token_ids=tuple(ids))
                         run.continue_with_end, run.natural = True, True
                         return
                     hit = (
@@ -341,7 +341,7 @@ class VLLMEngine:
                             and run.generated[forced_at] == self._close_id
                         )
                     )
-                    yield Delta(text, len(ids), forced_end_of_thinking=hit)
+                    yield Delta(text, len(ids), forced_end_of_thinking=hit, token_ids=tuple(ids))
                     if finish is None and guard.reply_done:
                         finish = "length"  # the reply used its reserve: stop here (aborts the engine request)
                     if finish is not None:
@@ -355,7 +355,8 @@ class VLLMEngine:
         self, request: GenerationRequest, budget: TokenBudget, run: _Run
     ) -> AsyncIterator[Delta]:
         """Phase 2: close the think block with the forced end and generate the reply from there."""
-        yield Delta(self.reasoning_format.forced_end, len(self._end_ids), forced_end_of_thinking=not run.natural)
+        yield Delta(self.reasoning_format.forced_end, len(self._end_ids), forced_end_of_thinking=not run.natural,
+                    token_ids=tuple(self._end_ids))
         prompt = request.prompt_token_ids + run.generated + self._end_ids
         run.generated += self._end_ids
         params = self._params(request, budget.reply_reserve)
@@ -365,7 +366,7 @@ class VLLMEngine:
             async for text, ids, finish, _ in stream:
                 run.generated += ids
                 run.finish = finish
-                yield Delta(text, len(ids))
+                yield Delta(text, len(ids), token_ids=tuple(ids))
 
     async def abort(self, request_id: str) -> None:
         ids = list(self._live_ids.get(request_id, ()))
