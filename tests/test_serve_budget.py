@@ -425,3 +425,17 @@ def test_cli_dry_run_exit_codes(tmp_path):
         timeout=120,
     )
     assert res.returncode == 2 and "default_model" in res.stderr
+
+
+def test_plan_leaves_room_for_the_forced_end():
+    from livethink.serve.budget import BudgetPolicy, Estimates, plan_budget
+
+    policy = BudgetPolicy(margin_s=0.0, reply_reserve=10, min_reply_tokens=4, max_thinking_tokens=500, max_tokens=500)
+    est = Estimates(wait=0.0, ttft=0.0, tpot=0.01)
+    # 1 s at 10 ms/token: 100 tokens; the reply keeps 10, a cut adds 3 (a 4-token forced end, 1 pre-filled)
+    assert plan_budget(1.0, est, policy).thinking_cap == 90
+    plan = plan_budget(1.0, est, policy, forced_end_tokens=3)
+    assert (plan.thinking_cap, plan.reply_reserve) == (87, 10)
+    capped = plan_budget(1.0, est, policy, max_tokens=40, forced_end_tokens=3)  # the caller's max_tokens holds
+    assert capped.thinking_cap + 3 + capped.reply_reserve == 40
+    assert plan_budget(1.0, est, policy, thinking_allowed=False, forced_end_tokens=3).reply_reserve == 10

@@ -90,17 +90,18 @@ def test_transformers_budget_forcing_closes_the_think_block_then_replies(hf_engi
     text = "".join(d.text for d in deltas)
     assert text.count(THINK_CLOSE) == 1
     assert sum(d.forced_end_of_thinking for d in deltas) == 1
+    # the pre-filled newline counts towards the cap (livethink.data.budget_forcing): 4 generated thinking tokens
     assert deltas[-1].finish_reason == "length" and deltas[-1].thinking_tokens == 5
     parsed = parse_completion(f"{THINK_OPEN}\n{text}")
     assert parsed.closed and parsed.reasoning and parsed.reply
     assert text.index(FORCED_THINK_END) > 0  # reasoning first, then the forced end, then the reply
     assert (
         sum(d.tokens for d in deltas)
-        == 5 + len(tokenizer.encode(FORCED_THINK_END, add_special_tokens=False)) + 6
+        == 4 + len(tokenizer.encode(FORCED_THINK_END, add_special_tokens=False)) + 6
     )
     ids = [t for d in deltas for t in d.token_ids]  # each delta's token ids: thinking, the forced end, the reply
     end_ids = tokenizer.encode(FORCED_THINK_END, add_special_tokens=False)
-    assert len(ids) == sum(d.tokens for d in deltas) and ids[5 : 5 + len(end_ids)] == end_ids
+    assert len(ids) == sum(d.tokens for d in deltas) and ids[4 : 4 + len(end_ids)] == end_ids
 
 
 def test_transformers_thinking_deadline_and_zero_cap_force_at_once(hf_engine, tokenizer):
@@ -111,7 +112,7 @@ def test_transformers_thinking_deadline_and_zero_cap_force_at_once(hf_engine, to
         req = GenerationRequest(f"bf-now-{i}", "rft", _prompt(tokenizer), GREEDY_LONG)
         deltas = loop.run_until_complete(_collect(engine.generate(req, budget)))
         assert deltas[0].forced_end_of_thinking and deltas[0].text == FORCED_THINK_END
-        assert deltas[-1].thinking_tokens == 0
+        assert deltas[-1].thinking_tokens == 1  # the pre-filled newline
 
 
 def test_transformers_abort_and_cancel_free_the_engine(hf_engine, tokenizer):
@@ -218,7 +219,7 @@ def test_vllm_native_forcing_is_detected(tokenizer):
     assert sum(d.forced_end_of_thinking for d in deltas) == 1
     text = "".join(d.text for d in deltas)
     assert text.count(THINK_CLOSE) == 1 and parse_completion(f"{THINK_OPEN}\n{text}").reply
-    assert deltas[-1].thinking_tokens == 5  # 4 generated + the forced newline (the pre-filled one counts too)
+    assert deltas[-1].thinking_tokens == 5  # the pre-filled newline + 4 generated: the cap (the forced end is not thinking)
 
 
 def test_vllm_native_natural_close_is_not_forced_and_reply_is_capped(tokenizer):
@@ -233,8 +234,9 @@ def test_vllm_two_phase_continuation(tokenizer):
     llm = ScriptedLLM(tokenizer)
     deltas = _run(_vllm_engine(tokenizer, llm, "two_phase"), tokenizer, TokenBudget(5, 6))
     (p1, params1, _), (p2, params2, _) = llm.calls
-    assert params1.max_tokens == 5 and params1.stop_token_ids == [llm.close_id]
-    assert p2 == p1 + [llm.word] * 5 + llm.end_ids and params2.max_tokens == 6
+    # the pre-filled newline counts towards the cap (livethink.data.budget_forcing): 4 generated thinking tokens
+    assert params1.max_tokens == 4 and params1.stop_token_ids == [llm.close_id]
+    assert p2 == p1 + [llm.word] * 4 + llm.end_ids and params2.max_tokens == 6
     assert sum(d.forced_end_of_thinking for d in deltas) == 1
     assert [t for d in deltas for t in d.token_ids][: len(p2) - len(p1)] == p2[len(p1):]  # ids as continued from
     assert parse_completion(f"{THINK_OPEN}\n" + "".join(d.text for d in deltas)).reply
@@ -263,7 +265,7 @@ def test_vllm_zero_cap_goes_straight_to_the_reply(tokenizer):
     llm = ScriptedLLM(tokenizer)
     deltas = _run(_vllm_engine(tokenizer, llm, "native"), tokenizer, TokenBudget(0, 4))
     assert len(llm.calls) == 1 and llm.calls[0][0][-len(llm.end_ids) :] == llm.end_ids
-    assert deltas[0].forced_end_of_thinking and deltas[-1].thinking_tokens == 0
+    assert deltas[0].forced_end_of_thinking and deltas[-1].thinking_tokens == 1  # the pre-filled newline
 
 
 # -- the server on the transformers engine ----------------------------------------------------------------

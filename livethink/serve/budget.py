@@ -169,9 +169,13 @@ def plan_budget(
     now: float | None = None,
     reply_expected: int | None = None,
     reply_tail: int | None = None,
+    forced_end_tokens: int = 0,
 ) -> TokenBudget | Reject:
     """Turn the remaining time into a token budget, or refuse.
 
+    ``forced_end_tokens``: what a cut adds beyond the thinking cap (the forced end, less the thinking the prompt
+    pre-filled; ``livethink.data.budget_forcing``): the thinking cap leaves room for it, so the reply keeps its
+    reserve and a caller's ``max_tokens`` holds.
     ``max_thinking`` / ``reply_reserve`` / ``max_tokens`` override the policy (per arm or per request).
     ``reply_expected`` / ``reply_tail``: typical and tail reply lengths measured for the model (None: the
     reserve). With ``now`` (monotonic), the budget carries a thinking deadline: the time after which only the
@@ -185,12 +189,14 @@ def plan_budget(
     if n_total < max(min_reply, 1):
         needed = time_needed(max(min_reply, 1), est, policy.margin_s)
         return Reject(retry_after(remaining_s, est, policy), "deadline_unreachable", needed)
+    overhead = forced_end_tokens if thinking_allowed else 0
     thinking, reply = split_budget(n_total, reserve, thinking_limit, cap, thinking_allowed)
+    thinking = max(0, min(thinking, n_total - reply - overhead, cap - reply - overhead))
     if thinking_allowed and (est.tpot_mean is not None or reply_expected is not None):
         expected = replace(est, tpot=est.tpot_mean or est.tpot, ttft=est.ttft if est.ttft_mean is None else est.ttft_mean)
         n_expected = max(n_total, token_capacity(remaining_s, expected, policy.margin_s))
         typical = reply if reply_expected is None else max(min_reply, min(reply, reply_expected))
-        thinking = max(0, min(thinking_limit, n_expected - typical, cap - reply))
+        thinking = max(0, min(thinking_limit, n_expected - typical - overhead, cap - reply - overhead))
     thinking_deadline = expected_end = None
     if now is not None and thinking > 0:
         tail = reply if reply_tail is None else max(min_reply, min(reply, reply_tail))

@@ -368,9 +368,11 @@ class BudgetController:
         now: float | None = None,
         min_thinking: int = 0,
         model: str | None = None,
+        forced_end_tokens: int = 0,
     ) -> TokenBudget | Reject:
         """``plan(deadline, queue_state)``: a token budget for the time left, or a refusal. ``min_thinking``:
-        the model's thinking floor, which a probe gets (see below); ``model``: whose reply lengths count."""
+        the model's thinking floor, which a probe gets (see below); ``model``: whose reply lengths count;
+        ``forced_end_tokens``: what a cut adds beyond the cap (``plan_budget``)."""
         if self.loop_lag.sustained > self.max_loop_lag_s:  # the front end (this process) is saturated
             return Reject(max(self.policy.min_retry_after_s, self.loop_lag.sustained), "frontend_saturated")
         q = queue or self.queue_state(engine)
@@ -386,6 +388,7 @@ class BudgetController:
             max_tokens=max_tokens,
             thinking_allowed=thinking_allowed,
             now=now,
+            forced_end_tokens=forced_end_tokens,
             reply_expected=typical,
             reply_tail=tail,
         )

@@ -18,6 +18,7 @@ from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from livethink.data.budget_forcing import ForcingTokens, thinking_opened
 from livethink.data.prompt import build_messages, render_prompt_ids
 from livethink.data.reasoning_format import ReasoningFormat
 from livethink.data.schema import Reference, Task
@@ -98,6 +99,7 @@ class Service:
         )
         self.finalize_s = config.budget.finalize_ms / 1000
         self.floors = {m: floor_for(config, m) for m in self.engine_keys}
+        self._forcing_tokens: dict[str, ForcingTokens] = {}
         self.refusals = RecentRefusals(config.budget.refusal_window_s)
         self._last_active = {key: time.monotonic() for key in self.engines}
         self.prober: IdleProber | None = None
@@ -251,8 +253,9 @@ class Service:
         ]
         limit = min(limits) if limits else None
         reserve = choice.reply_reserve
-        if limit is not None and body.thinking_token_budget:  # both given: the reply gets the rest
-            reserve = max(self.config.budget.min_reply_tokens, limit - body.thinking_token_budget)
+        if limit is not None and body.thinking_token_budget:  # both given: the reply gets the rest (after a cut)
+            rest = limit - body.thinking_token_budget - self._forced_end_tokens(model, ids, thinking)
+            reserve = max(self.config.budget.min_reply_tokens, rest)
         s = self.config.sampling
         sampling = SamplingOptions(
             temperature=s.temperature if body.temperature is None else body.temperature,
@@ -302,7 +305,20 @@ class Service:
             now=now,
             min_thinking=job.min_thinking,
             model=self._reply_key(job),
+            forced_end_tokens=self._forced_end_tokens(job.model, job.prompt_ids, job.thinking),
         )
+
+    def _forced_end_tokens(self, model: str, prompt_ids: list[int], thinking: bool) -> int:
+        """Tokens a cut adds beyond the thinking cap: the forced end, less the thinking the prompt pre-filled."""
+        fmt = self.reasoning_format(model)
+        if not (thinking and fmt.thinks):
+            return 0
+        tokens = self._forcing_tokens.get(model)
+        if tokens is None:
+            tok = self.engines[self.engine_keys[model]].tokenizer_for(model)
+            tokens = self._forcing_tokens[model] = ForcingTokens.of(tok, fmt)
+        opened = thinking_opened(prompt_ids, (), tokens)
+        return max(0, len(tokens.forced_end) - (opened[1] if opened else 0))
 
     @staticmethod
     def _reply_key(job: Job) -> str:

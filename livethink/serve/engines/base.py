@@ -112,7 +112,7 @@ class ThinkingGuard:
     budget: TokenBudget
     thinking: bool = True
     close_text: str = ""
-    count: int = 0  # reasoning tokens
+    count: int = 0  # reasoning tokens, the pre-filled ones after the start delimiter included
     reply_count: int = 0  # tokens after the think block
     _tail: str = field(default="", repr=False)
 

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from livethink.calculator.processors import force, forced_token, result_char_token_ids
+from livethink.data.budget_forcing import ForcingTokens, thinking_opened
 from livethink.data.reasoning_format import THINK, ReasoningFormat, resolve
 from livethink.engines import load_generation_model
 from livethink.serve.budget import TokenBudget
@@ -121,6 +122,7 @@ class TransformersEngine:
         fmt = self.reasoning_format
         self._close_id = single_token_id(self.tokenizer, fmt.end)
         self._end_ids = self.tokenizer.encode(fmt.forced_end, add_special_tokens=False) if fmt.thinks else []
+        self._forcing_tokens = ForcingTokens.of(self.tokenizer, fmt) if fmt.thinks else None
         eos = self.model.generation_config.eos_token_id
         self._eos = set(eos if isinstance(eos, list) else [eos]) | {self.tokenizer.eos_token_id}
         self._eos.discard(None)
@@ -174,7 +176,11 @@ class TransformersEngine:
         opts = req.sampling
         gen = torch.Generator().manual_seed(opts.seed) if opts.seed is not None else None
         fmt = self.reasoning_format
-        guard = ThinkingGuard(self._close_id, budget, thinking=req.thinking and fmt.thinks, close_text=fmt.end)
+        thinking = req.thinking and fmt.thinks
+        # thinking counts the pre-filled tokens after the start delimiter (livethink.data.budget_forcing)
+        prefilled = thinking_opened(req.prompt_token_ids, (), self._forcing_tokens) if thinking else None
+        guard = ThinkingGuard(self._close_id, budget, thinking=thinking, close_text=fmt.end,
+                              count=prefilled[1] if prefilled else 0)
         decoder = _IncrementalDecoder(self.tokenizer)
         text_so_far = ""
         cache = None

@@ -267,10 +267,12 @@ class VLLMEngine:
             raise KeyError(f"model {request.model!r} is not served by this engine ({self.models})")
         self._running.add(request.request_id)
         fmt = self.reasoning_format
-        guard = ThinkingGuard(self._close_id, budget, thinking=request.thinking and fmt.thinks, close_text=fmt.end)
+        thinking = request.thinking and fmt.thinks
+        prefilled = _tokens_after(request.prompt_token_ids, self._open_id) if thinking and self._open_id is not None else 0
+        guard = ThinkingGuard(self._close_id, budget, thinking=thinking, close_text=fmt.end, count=prefilled)
         run = _Run()
         try:
-            if guard.thinking and budget.thinking_cap > 0:
+            if guard.thinking and budget.thinking_cap > prefilled:
                 async for delta in self._think(request, budget, guard, run):
                     yield delta
             elif guard.thinking:  # no time to think: close the block at once
@@ -301,16 +303,20 @@ class VLLMEngine:
         think block must still be closed (two-phase stop or cap, EOS while thinking, thinking deadline)."""
         native = self.forcing == "native"
         fmt = self.reasoning_format
+        # thinking counts the pre-filled tokens after the start delimiter (livethink.data.budget_forcing): the cut
+        # comes after cap − prefilled generated tokens, and the reply gets its reserve after the forced end
+        prefilled = guard.count
+        generated_thinking = budget.thinking_cap - prefilled
         params = self._params(
             request,
-            budget.max_tokens if native else budget.thinking_cap,
+            generated_thinking + len(self._end_ids) + budget.reply_reserve if native else generated_thinking,
             thinking_budget=budget.thinking_cap if native else None,
             stop_on_close=not native,
         )
         # native: vLLM forces the forced end once the reasoning (pre-filled tokens after <think> included)
         # reaches the cap; this is the output index where its </think> lands
-        prefilled = _tokens_after(request.prompt_token_ids, self._open_id)
-        forced_at = budget.thinking_cap - prefilled + self._end_ids.index(self._close_id) if native else -1
+        forced_at = generated_thinking + self._end_ids.index(self._close_id) if native else -1
+        forced_after_close = len(self._end_ids) - 1 - self._end_ids.index(self._close_id) if native else 0
         stream = self._stream(f"{request.request_id}-0", request, request.prompt_token_ids, params, guard)
         try:
             async with contextlib.aclosing(stream):
@@ -341,6 +347,9 @@ class VLLMEngine:
                             and run.generated[forced_at] == self._close_id
                         )
                     )
+                    if hit:  # the forced end's tokens are neither thinking nor the reply
+                        guard.count -= self._end_ids.index(self._close_id)
+                        guard.reply_count -= forced_after_close
                     yield Delta(text, len(ids), forced_end_of_thinking=hit, token_ids=tuple(ids))
                     if finish is None and guard.reply_done:
                         finish = "length"  # the reply used its reserve: stop here (aborts the engine request)
