@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-THINKING_CAPS = "0,32,64,128,192,256"  # the thinking caps each student is calibrated at (validation split)
+THINKING_CAPS = "0,32,64,96,128,192"  # the thinking caps each student is calibrated at (validation split)
 QUICK_NOTICE = ("Quick run: it checks the plumbing (data, RFT, GRPO, eval, server, A/B, app), not quality. "
                 "Its students trained for about a minute on 1,000 prompts: expect wrong replies, cut at the token cap. "
                 "Run `make demo` for trained students.")
