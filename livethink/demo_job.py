@@ -47,13 +47,17 @@ class Settings:
     variant: str = "drpo"  # the compressed arm (the experiment configs/ab/drpo_vs_rft.yaml names it)
     quick: bool = False  # the eval report and the app say that a quick run checks the plumbing, not quality
     calibration_limit: int = 120  # validation tasks per thinking cap: each student's minimum thinking budget
+    # torch intra-op threads of each batch step (OMP_NUM_THREADS; None: torch's default, one per core). Quick: 1.
+    # The tiny student's ops are too small to gain from a second thread, and OpenMP's barriers wait for every
+    # thread: with any other process on the cores, each op waits for a descheduled thread (a decoding step 30x slower).
+    torch_threads: int | None = None
 
     @classmethod
     def make(cls, quick: bool, workdir: Path) -> Settings:
         if quick:
             return cls(workdir / "artifacts/quick", workdir / "runs/quick", 1000, 100, 300, 1.0, 20, 3, 40, 4,
                        eval_engine="transformers", eval_max_tokens=256, grpo_max_completion=192,
-                       grpo_use_vllm=False, quick=True, calibration_limit=10)
+                       grpo_use_vllm=False, quick=True, calibration_limit=10, torch_threads=1)
         # 96 GRPO steps: the compression benchmark's budget (and the tiny configs' max_steps)
         return cls(workdir / "artifacts/tiny", workdir / "runs/tiny", 5000, 500, 5000, 2.5, 200, 96, 200)
 
@@ -156,9 +160,16 @@ STEPS: list[Step] = [
 ]
 
 
+def step_env(settings: Settings, env: dict[str, str]) -> dict[str, str]:
+    """A batch step's environment: ``settings.torch_threads`` as ``OMP_NUM_THREADS`` unless the caller set it."""
+    if settings.torch_threads is None:
+        return env
+    return {"OMP_NUM_THREADS": str(settings.torch_threads), **env}
+
+
 def run_step(step: Step, settings: Settings, env: dict[str, str]) -> int:
     """Run one step's command in its own process group so Ctrl-C stops everything it started."""
-    proc = subprocess.Popen(step.command(settings), cwd=ROOT, env=env, start_new_session=True)
+    proc = subprocess.Popen(step.command(settings), cwd=ROOT, env=step_env(settings, env), start_new_session=True)
     try:
         return proc.wait()
     except KeyboardInterrupt:
