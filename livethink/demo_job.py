@@ -49,6 +49,11 @@ class Settings:
     budget_caps: str = "auto"  # its rollouts' thinking caps (quick: what fits its shorter completions)
     quick: bool = False  # the eval report and the app say that a quick run checks the plumbing, not quality
     calibration_limit: int = 120  # validation tasks per thinking cap: each student's minimum thinking budget
+    # torch intra-op threads of each batch step (OMP_NUM_THREADS; None: torch's default, one per core).
+    # The tiny student's ops are too small to gain from a second thread, and OpenMP's barriers wait for every
+    # thread: with any other process on the cores (vLLM's engine core, a browser), each op waits for a descheduled
+    # thread (a decoding step 30x slower, an SFT step 14x).
+    torch_threads: int | None = 1
 
     @classmethod
     def make(cls, quick: bool, workdir: Path) -> Settings:
@@ -158,9 +163,16 @@ STEPS: list[Step] = [
 ]
 
 
+def step_env(settings: Settings, env: dict[str, str]) -> dict[str, str]:
+    """A batch step's environment: ``settings.torch_threads`` as ``OMP_NUM_THREADS`` unless the caller set it."""
+    if settings.torch_threads is None:
+        return env
+    return {"OMP_NUM_THREADS": str(settings.torch_threads), **env}
+
+
 def run_step(step: Step, settings: Settings, env: dict[str, str]) -> int:
     """Run one step's command in its own process group so Ctrl-C stops everything it started."""
-    proc = subprocess.Popen(step.command(settings), cwd=ROOT, env=env, start_new_session=True)
+    proc = subprocess.Popen(step.command(settings), cwd=ROOT, env=step_env(settings, env), start_new_session=True)
     try:
         return proc.wait()
     except KeyboardInterrupt:

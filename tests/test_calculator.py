@@ -99,6 +99,28 @@ def test_forced_token_needs_a_pending_sum(student):
     assert forced_token(tokenizer, ids, []) is None
 
 
+def test_forced_token_skips_decoding_only_where_no_result_can_be_pending(student):
+    import random
+
+    _, tokenizer = student
+    ids = result_char_token_ids(tokenizer)
+    texts = [SUM + "37.50", "Coupon: 153.60 ≥ 150.00, 153.60 − 10.00 = 143.60. Total: 1,299.00 × 0.85 = 1,104.15",
+             "272.04 − 10% = 244.8 and 3 x 2 = 6, then 12 * 4 = 4 8 and 5 + 5 = 10.", "no sums here = . 1, 2"]
+    rng = random.Random(0)
+    vocab = len(tokenizer)
+    sequences = [tokenizer.encode(t, add_special_tokens=False) for t in texts]
+    sequences += [[rng.randrange(vocab) for _ in range(80)] for _ in range(30)]
+    sequences += [s[:-1] + [tokenizer.eos_token_id] for s in sequences[:2]]  # a special token ends the tail
+    checked = forced = 0
+    for seq in sequences:
+        for end in range(1, len(seq) + 1):
+            tail = seq[:end][-48:]
+            char = next_result_char(tokenizer.decode(tail, skip_special_tokens=True))
+            assert forced_token(tokenizer, ids, seq[:end]) == (None if char is None else ids[char]), tail
+            checked, forced = checked + 1, forced + (char is not None)
+    assert forced >= 20 and checked > 2000
+
+
 def test_forced_mask_marks_exactly_the_result_digits(student):
     _, tokenizer = student
     ids = result_char_token_ids(tokenizer)

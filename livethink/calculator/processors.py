@@ -2,7 +2,9 @@
 
 Both processors (this module's for transformers, ``vllm_processor``'s for vLLM) are stateless: at every step they decode the tail of what was generated, ask
 :func:`~livethink.calculator.arithmetic.next_result_char` whether a result is being written, and if so leave
-only that character's token possible. Sampling, stop strings and streaming work unchanged.
+only that character's token possible. Sampling, stop strings and streaming work unchanged. The tail is decoded
+only where a result can be pending: its last token's text ends in a result character or a space (or shows
+nothing) and one of its tokens has an ``=`` (each token's own text is decoded once per tokenizer).
 
 - transformers: ``model.generate(..., logits_processor=LogitsProcessorList([CalculatorLogitsProcessor(tok)]))``
 - vLLM: ``LLM(..., logits_processors=[vllm_processor.VLLMCalculatorLogitsProcessor])`` and per request
@@ -10,6 +12,8 @@ only that character's token possible. Sampling, stop strings and streaming work 
 """
 
 from __future__ import annotations
+
+import weakref
 
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
@@ -31,11 +35,44 @@ def result_char_token_ids(tokenizer) -> dict[str, int]:
     return ids
 
 
+_PENDING_LAST_CHARS = RESULT_CHARS | {" "}  # a text with a pending result ends "= " and what is written of it
+
+
+class _TokenGate:
+    """Which token ids can end a text with a pending result, and which have an ``=``, from each token's own text.
+
+    A token's last character does not depend on its neighbours (context changes only leading spaces and
+    completes multi-byte characters, never ASCII), and ``=`` is one byte: a tail whose last token cannot end
+    a pending result, or with no ``=`` in it, decodes to a text ``next_result_char`` answers None for. Ids the
+    tokenizer does not know, and tokens that show nothing (special tokens), always pass."""
+
+    def __init__(self, tokenizer):
+        texts = tokenizer.batch_decode([[i] for i in range(len(tokenizer))], skip_special_tokens=True)
+        self.quiet_end = frozenset(i for i, t in enumerate(texts) if t and t[-1] not in _PENDING_LAST_CHARS)
+        self.no_equals = frozenset(i for i, t in enumerate(texts) if "=" not in t)
+
+    def may_be_pending(self, tail: list[int]) -> bool:
+        return tail[-1] not in self.quiet_end and not self.no_equals.issuperset(tail)
+
+
+_GATES: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _gate(tokenizer) -> _TokenGate:
+    gate = _GATES.get(tokenizer)
+    if gate is None:
+        gate = _GATES[tokenizer] = _TokenGate(tokenizer)
+    return gate
+
+
 def forced_token(tokenizer, char_ids: dict[str, int], token_ids: list[int]) -> int | None:
     """The token to force after ``token_ids`` (the sequence so far; None: let the model choose)."""
     if not token_ids:
         return None
-    tail = tokenizer.decode(token_ids[-TAIL_TOKENS:], skip_special_tokens=True)
+    token_ids = token_ids[-TAIL_TOKENS:]
+    if not _gate(tokenizer).may_be_pending(token_ids):
+        return None
+    tail = tokenizer.decode(token_ids, skip_special_tokens=True)
     char = next_result_char(tail)
     return None if char is None else char_ids[char]
 
@@ -70,8 +107,8 @@ class CalculatorLogitsProcessor(LogitsProcessor):
         self.char_ids = result_char_token_ids(tokenizer)
 
     def __call__(self, input_ids: torch.LongTensor, scores: torch.FloatTensor) -> torch.FloatTensor:
-        for row in range(input_ids.shape[0]):
-            token = forced_token(self.tokenizer, self.char_ids, input_ids[row, -TAIL_TOKENS:].tolist())
+        for row, tail in enumerate(input_ids[:, -TAIL_TOKENS:].tolist()):  # one copy to the host for the batch
+            token = forced_token(self.tokenizer, self.char_ids, tail)
             if token is not None:
                 scores[row] = force(scores[row], token)
         return scores
