@@ -45,7 +45,7 @@ def budget_training(report: dict[str, Any]) -> list[str]:
 
 def serve_goodput(report: dict[str, Any]) -> list[str]:
     """Goodput against the deadline: each served model unloaded and at the sweep's rate, and plain vLLM."""
-    rows = report["sweep"]["rows"]
+    rows = report["deadline_sweep"]["rows"]
     deadlines = sorted({r["deadline_ms"] for r in rows})
     series: dict[tuple[str, str, str], dict[float, dict[str, Any]]] = {}
     for r in rows:
