@@ -148,9 +148,10 @@ class GRPOVariantConfig(*option_classes(), GRPOConfig):
             raise ValueError(f"budget_reply_reserve must be >= 1, got {self.budget_reply_reserve}")
         need = dist.max_cap + forced_end_tokens + self.budget_reply_reserve + 2  # + the start delimiter, EOS
         if need > self.max_completion_length:
-            raise ValueError(f"budget_caps: the largest cap {dist.max_cap} + forced end ({forced_end_tokens}) + "
-                             f"budget_reply_reserve {self.budget_reply_reserve} needs max_completion_length >= {need}, "
-                             f"got {self.max_completion_length}")
+            end = f" + the forced end ({forced_end_tokens} tokens)" if forced_end_tokens else ""
+            raise ValueError(f"budget_caps: the largest cap {dist.max_cap}{end} + budget_reply_reserve "
+                             f"{self.budget_reply_reserve} + the start delimiter and EOS needs max_completion_length "
+                             f">= {need}, got {self.max_completion_length}")
         return dist
 
     def lora_settings(self):
