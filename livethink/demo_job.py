@@ -49,18 +49,19 @@ class Settings:
     budget_caps: str = "auto"  # its rollouts' thinking caps (quick: what fits its shorter completions)
     quick: bool = False  # the eval report and the app say that a quick run checks the plumbing, not quality
     calibration_limit: int = 120  # validation tasks per thinking cap: each student's minimum thinking budget
-    # torch intra-op threads of each batch step (OMP_NUM_THREADS; None: torch's default, one per core).
-    # The tiny student's ops are too small to gain from a second thread, and OpenMP's barriers wait for every
-    # thread: with any other process on the cores (vLLM's engine core, a browser), each op waits for a descheduled
-    # thread (a decoding step 30x slower, an SFT step 14x).
-    torch_threads: int | None = 1
+    # torch intra-op threads of each batch step (OMP_NUM_THREADS; None: torch's default, one per core). Quick: 1.
+    # OpenMP's barriers wait for every thread: with any other process on the cores, each op waits for a
+    # descheduled thread (a decoding step 30x slower, an SFT step 14x). On idle cores the full run's SFT gains from
+    # the second thread (1.4-1.9 s a step on one thread against about 1 s on two), so it keeps torch's default.
+    torch_threads: int | None = None
 
     @classmethod
     def make(cls, quick: bool, workdir: Path) -> Settings:
         if quick:
             return cls(workdir / "artifacts/quick", workdir / "runs/quick", 1000, 100, 300, 1.0, 20, 3, 40, 4,
                        eval_engine="transformers", eval_max_tokens=256, grpo_max_completion=192,
-                       grpo_use_vllm=False, quick=True, calibration_limit=10, budget_caps="uniform:0:128")
+                       grpo_use_vllm=False, quick=True, calibration_limit=10, budget_caps="uniform:0:128",
+                       torch_threads=1)
         # 96 GRPO steps: the compression benchmark's budget (and the tiny configs' max_steps)
         return cls(workdir / "artifacts/tiny", workdir / "runs/tiny", 5000, 500, 5000, 2.5, 200, 96, 200)
 
