@@ -52,8 +52,7 @@ class Settings:
     # torch intra-op threads of each batch step (OMP_NUM_THREADS; None: torch's default, one per core). Quick: 1.
     # OpenMP's barriers wait for every thread: with any other process on the cores, each op waits for a
     # descheduled thread (a decoding step 30x slower, an SFT step 14x). On idle cores the full run's SFT gains from
-    # the second thread (one thread: 1.4-1.9 s per SFT step; two: the whole RFT step in 687 s, about 0.9 s per
-    # step), so it keeps torch's default.
+    # the second thread (an SFT step took 1.4-1.9 s on one thread, 0.6 s on two), so it keeps torch's default.
     torch_threads: int | None = None
 
     @classmethod
