@@ -413,15 +413,16 @@ def test_budget_forced_rollouts_cut_at_the_cap_and_leave_the_forced_tokens_out_o
     # TRL's rollouts call model.generate(**inputs, generation_config=...): the cut rides along, one cap per row
     prompt = tok.encode(tok.apply_chat_template([{"role": "user", "content": "Is it waterproof?"}], tokenize=False,
                                                 add_generation_prompt=True), add_special_tokens=False)
-    ids = torch.tensor([prompt])
+    ids = torch.tensor([prompt, prompt])  # one GRPO group of 2: one drawn cap
     trainer.budget_sampler.active = True
     out = trainer.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), max_new_tokens=14,
                                  do_sample=False, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id)
     completion = out[0, len(prompt):].tolist()
+    assert trainer.budget_sampler.last == [3, 3]
     n_end = len(tokens.forced_end)
     # "<think>\n" pre-filled = 1 thinking token: 2 more, the forced end, 3 reply tokens, EOS
     assert completion[2:2 + n_end] == list(tokens.forced_end), tok.decode(completion)
     assert completion[2 + n_end + 3] == tok.eos_token_id and len(completion) == 2 + n_end + 4
-    assert trainer.budget_sampler.masks([prompt], [completion]) == [[False] * 2 + [True] * n_end + [False] * 3 + [True]]
+    assert trainer.budget_sampler.masks([prompt] * 2, [completion] * 2)[0] == [False] * 2 + [True] * n_end + [False] * 3 + [True]
     rows = metrics(cfg)
     assert any(r.get("budget/cut_share", 0) > 0 for r in rows) and any(r.get("budget/cap_mean") == 3 for r in rows)

@@ -561,7 +561,10 @@ class Service:
         text = (fmt.prefill + p.raw) if job.thinking else p.raw
         parsed = parse_completion(text, fmt)
         complete = not cut and p.finish != "abort"
-        reply = usable_reply(parsed.reply if parsed.closed else "", complete)
+        body = parsed.reply if parsed.closed else ""
+        if fmt.thinks and fmt.start in body:  # a reply that opens another think block ends there
+            body = body[: body.index(fmt.start)]
+        reply = usable_reply(body, complete)
         # no usable reply: the livestream always speaks something; chat only substitutes after a cut
         fallback = not reply and (cut or job.endpoint == "livestream")
         if fallback:

@@ -20,7 +20,7 @@ def _base(**kw: object) -> dict:
 def test_shipped_configs_load() -> None:
     exp = load_experiment(CONFIGS / "drpo_vs_rft.yaml")
     assert exp.name == "drpo_vs_rft" and exp.control_arm == "rft"
-    assert exp.arm("drpo").budget is not None and exp.arm("drpo").budget.thinking_budget == 128
+    assert exp.arm("drpo").budget is not None and exp.arm("drpo").budget.deadline_ms == 1000 == exp.arm("rft").budget.deadline_ms
     many = load_experiments(CONFIGS / "experiments.yaml")
     assert set(many) == {"canary_dot", "thinking_budget"}
     tb = many["thinking_budget"]
