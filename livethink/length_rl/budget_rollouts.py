@@ -27,6 +27,7 @@ from typing import Any
 import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
+from livethink.calculator.processors import force
 from livethink.data.budget_forcing import ForcingTokens, forced_mask, next_forced_token
 
 REQUEST_KEY = "budget_forcing"  # SamplingParams.extra_args key read by the vLLM logits processor
@@ -115,13 +116,6 @@ class CapSampler:
             raise RuntimeError(f"budget forcing: {len(self.last)} caps drawn for {len(completions)} completions")
         return [forced_mask(p, c, cap, self.tokens, self.reply_reserve)
                 for p, c, cap in zip(prompts, completions, self.last, strict=True)]
-
-
-def force(logits: torch.Tensor, token_id: int) -> torch.Tensor:
-    """``logits`` (1-D) with every token but ``token_id`` at -inf."""
-    forced = torch.full_like(logits, float("-inf"))
-    forced[token_id] = 0.0
-    return forced
 
 
 class BudgetForcingLogitsProcessor(LogitsProcessor):

@@ -14,7 +14,8 @@ from typing import Any
 import torch
 from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 
-from livethink.length_rl.budget_rollouts import REQUEST_KEY, CapSampler, force, request_decider
+from livethink.calculator.processors import force
+from livethink.length_rl.budget_rollouts import REQUEST_KEY, CapSampler, request_decider
 from livethink.length_rl.trl_compat import wrap_colocated_llm_generate, wrap_vllm_generate
 from livethink.length_rl.vllm_calculator import nan_forced_logprobs
 
