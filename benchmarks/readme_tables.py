@@ -1,10 +1,11 @@
-"""Write the README's generated results tables from the results JSON (and check that they agree).
+"""Write the results blocks of README.md and docs/*.md from the results JSON (and check that they agree).
 
-A table sits between ``<!-- NAME -->`` and ``<!-- /NAME -->`` in README.md; ``TABLES`` maps each NAME to its
-results file and renderer.
+A block sits between ``<!-- NAME -->`` and ``<!-- /NAME -->`` in a Markdown file; ``BLOCKS`` maps each NAME to
+the results files it reads (in ``benchmarks/results/``) and the function that renders it. Every benchmark figure
+in the README lives in such a block, so one command rewrites them all after a benchmark run:
 
-    python benchmarks/readme_tables.py            # rewrite the tables in README.md
-    python benchmarks/readme_tables.py --check    # exit 1, naming the table, when README.md and the JSON disagree
+    python benchmarks/readme_tables.py            # rewrite every block in README.md and docs/*.md
+    python benchmarks/readme_tables.py --check    # exit 1, naming the file and block, when one is stale
 """
 
 from __future__ import annotations
@@ -19,6 +20,15 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks/results"
+MINUS = "\u2212"
+
+Report = dict[str, Any]
+
+
+def _num(x: float, digits: int = 1, sign: bool = False) -> str:
+    """``x`` with a typographic minus (and a plus when ``sign``)."""
+    text = f"{x:+.{digits}f}" if sign else f"{x:.{digits}f}"
+    return text.replace("-", MINUS)
 
 
 def _ci(cell: dict[str, Any], scale: float = 100.0) -> str:
@@ -27,7 +37,83 @@ def _ci(cell: dict[str, Any], scale: float = 100.0) -> str:
     return text if low is None else f"{text} [{scale * low:.1f}, {scale * high:.1f}]"
 
 
-def budget_training(report: dict[str, Any]) -> list[str]:
+def _pct(x: float, digits: int = 1) -> str:
+    return f"{_num(100 * x, digits)}%"
+
+
+# -- stage 1 ---------------------------------------------------------------------------------------------
+def stage1(teacher: Report, compression: Report) -> list[str]:
+    """The scripted teacher and the tiny RFT student: correct, helpful, tokens per reply."""
+    t, rft = teacher["overall"], compression["rows"][0]
+    return ["| model | correct | helpful | tokens per reply |", "|---|---:|---:|---:|",
+            f"| scripted teacher ({t['samples']:,} train tasks) | {_pct(t['correct'])} | {_pct(t['helpful'])} | "
+            f"{t['mean_trace_tokens']:.1f} (minimal correct trace: {t['mean_minimal_tokens']:.1f}) |",
+            f"| tiny MoE student after RFT ({compression['meta']['eval_tasks']} test tasks) | "
+            f"{_pct(rft['correctness'])} | {_pct(rft['helpfulness'])} | {rft['tokens']:.1f} |"]
+
+
+# -- stage 2 ---------------------------------------------------------------------------------------------
+COMPRESSION_NAMES = {
+    "band": "band (LiveThinking)", "dler": "DLER truncation", "dapo_overlong": "DAPO soft overlong (TRL)",
+    "cosine": "cosine-scaled (TRL)", "band+lora": "band, LoRA instead of the output layer",
+    "siri-low": "SIRI, low phase", "siri-high": "SIRI, high phase", "dot": "DOT", "gdpo": "GDPO (TRL)",
+    "drpo": "DRPO", "length_penalty": "naive length penalty",
+}
+
+
+def _bracket(low: float, high: float, scale: float = 1.0, sign: bool = False) -> str:
+    return f" [{_num(scale * low, sign=sign)}, {_num(scale * high, sign=sign)}]"
+
+
+def _compression_caption(meta: dict[str, Any]) -> str:
+    return (f"{meta['steps']} GRPO steps × {meta['prompts_per_step']} prompts × {meta['generations']} completions per "
+            f"method and seed from one RFT student, {meta['eval_tasks']} test tasks. Target: ≥ 60% fewer tokens, "
+            "C ≥ RFT − 2 points, H ≥ RFT, on every seed.")
+
+
+def compression(report: Report) -> list[str]:
+    """Each stage-2 method against the RFT student: tokens, reduction, ΔC, ΔH (95% intervals), target verdicts."""
+    meta, rft = report["meta"], report["rows"][0]
+    per_seed = {(r["name"], r["seed"]): r for r in report["per_seed"]}
+    lines = [_compression_caption(meta) + " Brackets: 95% interval over seeds, or over tasks (paired) for one seed.", "",
+             "| method | seeds | tokens | reduction | Δ C (pts) | Δ H (pts) | target met |", "|---|---|---|---|---|---|---|",
+             f"| RFT student | – | {rft['tokens']:.1f} | – | ({_pct(rft['correctness'])}) | "
+             f"({_pct(rft['helpfulness'])}) | – |"]
+    for r in report["rows"][1:]:
+        ci = r["ci"]
+        cells = {k: (_bracket(*ci[k]) if ci[k] else "") for k in ("tokens",)}
+        cells["reduction"] = _bracket(*ci["token_reduction"], scale=100) if ci["token_reduction"] else ""
+        for key, paired in (("d_correctness_pts", "d_correctness_ci_pts"), ("d_helpfulness_pts", "d_helpfulness_ci_pts")):
+            interval = ci[key] or (per_seed[(r["name"], r["seeds"][0])].get(paired) if len(r["seeds"]) == 1 else None)
+            cells[key] = _bracket(*interval, sign=True) if interval else ""
+        lines.append(f"| {COMPRESSION_NAMES.get(r['name'], r['name'])} | {','.join(map(str, r['seeds']))} | "
+                     f"{r['tokens']:.1f}{cells['tokens']} | {_pct(r['token_reduction'])}{cells['reduction']} | "
+                     f"{_num(r['d_correctness_pts'], sign=True)}{cells['d_correctness_pts']} | "
+                     f"{_num(r['d_helpfulness_pts'], sign=True)}{cells['d_helpfulness_pts']} | "
+                     f"{r['meets_target_seeds']}/{len(r['seeds'])} |")
+    best, verdicts = report["best"], list(report["best_verdicts"].values())
+    reductions = [100 * v["token_reduction"] for v in verdicts]
+    d_c = [v["d_correctness_pts"] for v in verdicts]
+    lines += ["", f"Closest to the target: {COMPRESSION_NAMES.get(best['name'], best['name'])}, "
+              f"met on {best['meets_target_seeds']} of {len(verdicts)} seeds ({min(reductions):.0f}–"
+              f"{max(reductions):.0f}% shorter, ΔC from {_num(min(d_c), sign=True)} to {_num(max(d_c), sign=True)})."]
+    return lines
+
+
+def compression_brief(report: Report) -> list[str]:
+    """The README's short form of ``compression``: means over seeds, the target verdicts and the best variant."""
+    rft = report["rows"][0]
+    full = compression(report)
+    lines = ["| method | tokens | reduction | Δ C (pts) | Δ H (pts) | target met (seeds) |", "|---|---:|---:|---:|---:|---:|",
+             f"| RFT student | {rft['tokens']:.1f} | – | ({_pct(rft['correctness'])}) | ({_pct(rft['helpfulness'])}) | – |"]
+    for r in report["rows"][1:]:
+        lines.append(f"| {COMPRESSION_NAMES.get(r['name'], r['name'])} | {r['tokens']:.1f} | {_pct(r['token_reduction'])} | "
+                     f"{_num(r['d_correctness_pts'], sign=True)} | {_num(r['d_helpfulness_pts'], sign=True)} | "
+                     f"{r['meets_target_seeds']}/{len(r['seeds'])} |")
+    return [_compression_caption(report["meta"]), "", *lines, "", full[-1]]
+
+
+def budget_training(report: Report) -> list[str]:
     """Correctness at each thinking cap, tokens and floors: RFT and each stage-2 method over seeds."""
     rft, caps = report["rft"], report["rft"]["caps"]
     names = {"drpo": "DRPO", "drpo_budget": "DRPO trained for the cut"}
@@ -43,7 +129,27 @@ def budget_training(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-def serve_goodput(report: dict[str, Any]) -> list[str]:
+def budget_training_summary(report: Report) -> list[str]:
+    """One sentence: the budget-trained student at a 64-token cap and uncapped, against RFT, and its targets."""
+    rft = report["rft"]
+    by = {row["method"]: row for row in report["methods"]}
+    cut, plain = by["drpo_budget"], by["drpo"]
+    at64 = rft["caps"].index(64)
+    targets = list(report["targets"].values())
+    met64 = sum(t["correct_at_64_vs_rft_uncapped"]["met"] for t in targets)
+    floor64 = sum(t["floor_tokens"]["met"] for t in targets)
+    floors = sorted(cut["floors"])
+    return [f"Trained for the cut, DRPO is right {100 * cut['correct_at_cap']['64']['mean']:.1f}% of the time at a "
+            f"64-token cap (RFT {100 * rft['correct_at_cap'][at64]:.1f}%, plain DRPO "
+            f"{100 * plain['correct_at_cap']['64']['mean']:.1f}%) and its floor is {floors[0]}–{floors[-1]} tokens "
+            f"(RFT {rft['floor']}); uncapped it is right {100 * cut['correct']['mean']:.1f}% (RFT "
+            f"{100 * rft['correct']:.1f}%). The product's target, {_pct(targets[0]['correct_at_64_vs_rft_uncapped']['target'])} "
+            f"right at a 64-token cap (90% of RFT uncapped), is met on {met64} of {len(targets)} seeds; "
+            f"a 64-token floor on {floor64}."]
+
+
+# -- serving ---------------------------------------------------------------------------------------------
+def serve_goodput(report: Report) -> list[str]:
     """Goodput against the deadline: each served model unloaded and at the sweep's rate, and plain vLLM."""
     rows = report["deadline_sweep"]["rows"]
     deadlines = sorted({r["deadline_ms"] for r in rows})
@@ -61,49 +167,118 @@ def serve_goodput(report: dict[str, Any]) -> list[str]:
     return lines
 
 
-TABLES: dict[str, tuple[str, Callable[[dict[str, Any]], list[str]]]] = {
-    "budget_training": ("budget_training.json", budget_training),
-    "serve_goodput": ("serve_load.json", serve_goodput),
+def serve_summary(load: Report, recovery: Report) -> list[str]:
+    """The deployment under load at its deadline, and its recovery after an overload burst."""
+    runs = load["deployment"]["load"]
+    rates = [r["rate"] for r in runs]
+    within = min(r["all"]["within_deadline_of_accepted"] for r in runs)
+    refused = sum(r["all"]["rejected_429"] for r in runs)
+    gap = max(r["all"]["gap_ms"]["max_abs"] for r in runs)
+    top = runs[-1]
+    latency_rate = max(s["latency_only_rate"] for s in load["deployment"]["sustainable"].values())
+    burst, idle = recovery["burst"], recovery["idle_decode"]
+    forced = recovery["forced"]["rft"]["forced_deadline_used"]
+    errors = " / ".join(f"{_num(100 * v['relative_error'], 0, sign=True)}%" for v in idle.values())
+    return [f"At {load['deadline_ms']:,} ms, {_pct(within, 0)} of accepted replies met the deadline (client's clock) at "
+            f"{rates[0]:g}–{rates[-1]:g} req/s ({top['rate'] / latency_rate:g}× the latency-sustainable {latency_rate:g}), "
+            f"{refused} refused, server timing within {gap:.0f} ms of the client's; goodput at {top['rate']:g} req/s: "
+            f"{_pct(top['all']['goodput_share'])}. After a {burst['burst_s']:.0f} s burst at "
+            f"{burst['rate'] / recovery['sustainable']['rate']:.0f}× capacity, "
+            f"{_pct(burst['after_from_5s']['answered_share'], 0)} answered from 5 s on (`serve_recovery.md`); forced "
+            f"replies use p50 {_pct(forced['50'])} / p99 {_pct(forced['99'])} of the deadline; the idle per-token "
+            f"estimate is off by {errors}."]
+
+
+# -- A/B, training, GPU ----------------------------------------------------------------------------------
+def ab_checks(assignment: Report, ingest: Report, replicas: Report, power: Report) -> list[str]:
+    """The A/B package's checks: assignment shares, durable ingest, replicas and the A/A false-positive rate."""
+    splits = assignment["splits"]
+    best = {store: max(r["events_per_s"] for r in ingest["runs"] if r["store"] == store)
+            for store in ("sqlite", "postgresql")}
+    rates = {s["replicas"]: s["sustainable_rate"] for s in replicas["sets"]}
+    aa = power["aa_200_looks20"]
+    return ["| check | command | result |", "|---|---|---|",
+            f"| {assignment['viewers']:,} assignments, share vs weight | `python benchmarks/ab_assignment.py` | "
+            f"max error {splits['50/50']['max_abs_diff_pp']:.3f} pp (50/50), "
+            f"{splits['90/10']['max_abs_diff_pp']:.3f} pp (90/10) |",
+            f"| durable ingest (fsync per commit) | `python benchmarks/ab_ingest.py` | SQLite {best['sqlite']:,.0f} / "
+            f"PostgreSQL {best['postgresql']:,.0f} events/s |",
+            "| " + " vs ".join(str(n) for n in rates) + " replicas | `python benchmarks/replica_scaling.py` | "
+            + " vs ".join(f"{r:g}" for r in rates.values()) + " req/s sustained |",
+            f"| {aa['reps']} A/A tests, false positives | `python benchmarks/ab_power.py` | fixed horizon "
+            f"{_pct(aa['fixed'])}, mSPRT with {aa['looks']} looks {_pct(aa['msprt'])} |"]
+
+
+def training(tiny: Report, smollm2: Report, gpu: Report) -> list[str]:
+    """Training throughput on this CPU, and the one-H100 check."""
+    steps = {v["steps"] for v in gpu["grpo"].values() if "steps" in v}
+    return [f"`python benchmarks/train_throughput.py`: tiny MoE {tiny['best_tokens_per_s']:.0f}, SmolLM2-135M "
+            f"{smollm2['best_tokens_per_s']:.0f} tokens/s (fwd + bwd + AdamW). `bash benchmarks/gpu_check.sh`, one "
+            f"{gpu['device']}: stage 1 in {gpu['rft']['timings_s']['total_s']:.1f} s, "
+            f"{'/'.join(map(str, sorted(steps)))} GRPO steps of {', '.join(gpu['grpo'])}."]
+
+
+BLOCKS: dict[str, tuple[tuple[str, ...], Callable[..., list[str]]]] = {
+    "stage1": (("teacher_quality.json", "compression.json"), stage1),
+    "compression": (("compression.json",), compression),
+    "compression_brief": (("compression.json",), compression_brief),
+    "budget_training": (("budget_training.json",), budget_training),
+    "budget_training_summary": (("budget_training.json",), budget_training_summary),
+    "serve_goodput": (("serve_load.json",), serve_goodput),
+    "serve_summary": (("serve_load.json", "serve_recovery.json"), serve_summary),
+    "ab_checks": (("ab_assignment.json", "ab_ingest.json", "replica_scaling.json", "ab_power.json"), ab_checks),
+    "training": (("train_throughput.json", "train_throughput_smollm2.json", "gpu_check.json"), training),
 }
 
 
-def render(readme: str, results: Path = RESULTS) -> str:
-    """``readme`` with every generated table rewritten from its results file."""
-    for name, (file, build) in TABLES.items():
-        pattern = re.compile(rf"(<!-- {name} -->\n).*?(<!-- /{name} -->)", re.S)
-        if not pattern.search(readme):
+def _pattern(name: str) -> re.Pattern[str]:
+    return re.compile(rf"(<!-- {re.escape(name)} -->\n)(.*?)(<!-- /{re.escape(name)} -->)", re.S)
+
+
+def render(text: str, results: Path = RESULTS) -> str:
+    """``text`` with every block it holds rewritten from its results files."""
+    for name, (files, build) in BLOCKS.items():
+        pattern = _pattern(name)
+        if not pattern.search(text):
             continue
-        table = "\n".join(build(json.loads((results / file).read_text()))) + "\n"
-        readme = pattern.sub(lambda m, t=table: m.group(1) + t + m.group(2), readme)
-    return readme
+        block = "\n".join(build(*(json.loads((results / f).read_text()) for f in files))) + "\n"
+        text = pattern.sub(lambda m, b=block: m.group(1) + b + m.group(3), text)
+    return text
 
 
-def stale_tables(readme: str, results: Path = RESULTS) -> list[str]:
-    """Names of the generated tables whose README text differs from their results file."""
-    fresh = render(readme, results)
-    return [name for name in TABLES
-            if _section(readme, name) != _section(fresh, name)]
+def stale_tables(text: str, results: Path = RESULTS) -> list[str]:
+    """Names of the blocks whose text differs from what their results files give."""
+    fresh = render(text, results)
+    return [name for name in BLOCKS if _section(text, name) != _section(fresh, name)]
 
 
 def _section(text: str, name: str) -> str | None:
-    match = re.search(rf"<!-- {name} -->\n(.*?)<!-- /{name} -->", text, re.S)
-    return match.group(1) if match else None
+    match = _pattern(name).search(text)
+    return match.group(2) if match else None
+
+
+def documents(root: Path = ROOT) -> list[Path]:
+    """The Markdown files that may hold blocks: README.md and docs/*.md."""
+    return [root / "README.md", *sorted((root / "docs").glob("*.md"))]
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--check", action="store_true", help="only check; exit 1 when a table is stale")
-    parser.add_argument("--readme", type=Path, default=ROOT / "README.md")
+    parser.add_argument("--check", action="store_true", help="only check; exit 1 when a block is stale")
+    parser.add_argument("files", nargs="*", type=Path, help="Markdown files (default: README.md and docs/*.md)")
     args = parser.parse_args(argv)
-    text = args.readme.read_text()
-    if args.check:
-        stale = stale_tables(text)
-        for name in stale:
-            print(f"{args.readme}: table {name} differs from benchmarks/results/{TABLES[name][0]}; "
-                  "run python benchmarks/readme_tables.py", file=sys.stderr)
-        return 1 if stale else 0
-    args.readme.write_text(render(text))
-    return 0
+    stale_any = False
+    for path in args.files or documents():
+        text = path.read_text()
+        if args.check:
+            for name in stale_tables(text):
+                stale_any = True
+                print(f"{path}: block {name} differs from benchmarks/results/{', '.join(BLOCKS[name][0])}; "
+                      "run python benchmarks/readme_tables.py", file=sys.stderr)
+        elif (fresh := render(text)) != text:
+            path.write_text(fresh)
+            print(f"rewrote {path}")
+    return 1 if stale_any else 0
 
 
 if __name__ == "__main__":
