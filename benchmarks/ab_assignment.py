@@ -19,7 +19,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from ab_common import RESULTS, machine, write_results  # noqa: E402
+from ab_common import machine, publish  # noqa: E402
 from scipy import stats as sps  # noqa: E402
 
 from livethink.ab_test.assignment import bucket_ranges, choose_variation, gb_hash  # noqa: E402
@@ -146,10 +146,7 @@ def main() -> None:
     ax2.axhline(0.3, color="red", ls="--", label="target 0.3 pp")
     ax2.set_title("per-arm share error")
     ax2.legend()
-    fig.tight_layout()
-    fig.savefig(RESULTS / "ab_assignment.png", dpi=100)
-    for p in write_results("ab_assignment", data, "\n".join(md)):
-        print(p)
+    publish("ab_assignment", data, "\n".join(md), fig)
     print("\n".join(md[6:-3]))
 
 

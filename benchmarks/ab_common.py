@@ -1,4 +1,4 @@
-"""Shared helpers of the A/B benchmarks: machine info and result files in benchmarks/results/."""
+"""Shared helpers of the A/B and replica benchmarks: machine info and result files in benchmarks/results/."""
 
 from __future__ import annotations
 
@@ -36,3 +36,13 @@ def write_results(name: str, data: dict[str, Any], markdown: str) -> list[Path]:
         os.replace(tmp, path)
         out.append(path)
     return out
+
+
+def publish(name: str, data: dict[str, Any], markdown: str, fig: Any) -> None:
+    """Save ``fig`` (a matplotlib figure) as ``results/<name>.png`` beside ``results/<name>.{json,md}``, and print
+    the paths of the result files."""
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(RESULTS / f"{name}.png", dpi=100)
+    for path in write_results(name, data, markdown):
+        print(path)

@@ -27,7 +27,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from ab_common import RESULTS, machine, write_results  # noqa: E402
+from ab_common import machine, publish  # noqa: E402
 
 from livethink.ab_test.experiment import parse_experiment  # noqa: E402
 from livethink.ab_test.pg_cluster import LocalPostgres  # noqa: E402
@@ -190,10 +190,7 @@ def main() -> None:
     ax.axvline(5000, color="red", ls="--", label="target 5,000/s")
     ax.set_xlabel("durable events/s")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(RESULTS / "ab_ingest.png", dpi=100)
-    for p in write_results("ab_ingest", data, "\n".join(md)):
-        print(p)
+    publish("ab_ingest", data, "\n".join(md), fig)
 
 
 if __name__ == "__main__":

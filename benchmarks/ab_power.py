@@ -17,7 +17,6 @@ Writes ab_power.{json,md,png} to benchmarks/results/.
 from __future__ import annotations
 
 import argparse
-import math
 import tempfile
 import time
 from pathlib import Path
@@ -27,13 +26,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-from ab_common import RESULTS, machine, write_results  # noqa: E402
+from ab_common import machine, publish  # noqa: E402
 
 from livethink.ab_test import stats  # noqa: E402
 from livethink.ab_test.analysis import analyze  # noqa: E402
 from livethink.ab_test.experiment import parse_experiment  # noqa: E402
 from livethink.ab_test.simulate import ArmProfile, OutcomeModel, SimulationConfig, simulate_offline  # noqa: E402
 from livethink.ab_test.store import EventStore  # noqa: E402
+from livethink.eval.goodput import wilson_interval  # noqa: E402
 
 ALPHA, POWER, LIFT = 0.05, 0.80, 0.10
 MODEL = OutcomeModel(base_click=0.30, base_add_to_cart=0.40, base_order=0.50, pre_period_orders=0.0,
@@ -54,14 +54,6 @@ def true_order_rate(
     u = np.exp(s * rng.standard_normal(draws) - s * s / 2)
     p_click = np.minimum(1.0, model.base_click * u * m)
     return float(p_click.mean() * model.base_add_to_cart * model.base_order)
-
-
-def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
-    p = k / n
-    d = 1 + z * z / n
-    c = (p + z * z / (2 * n)) / d
-    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
-    return c - h, c + h
 
 
 def replicate(p_c: float, p_t: float, n: int, reps: int, looks: int, rng: np.random.Generator) -> dict:
@@ -158,7 +150,7 @@ def main() -> None:
     print("pipeline A/A:", pipe)
 
     def rate(x: float, reps: int) -> str:
-        lo, hi = wilson(round(x * reps), reps)
+        lo, hi = wilson_interval(round(x * reps), reps)
         return f"{x * 100:.1f}% [{lo * 100:.1f}, {hi * 100:.1f}]"
 
     strip = lambda d: {k: v for k, v in d.items() if k != "fixed_p_values"}  # noqa: E731
@@ -168,7 +160,7 @@ def main() -> None:
         "aa_2000_looks20": strip(aa2000), "ab_200_looks20": strip(ab), "pipeline_aa": pipe,
         "pass": {
             "detected_at_computed_n": e2e["detected_fixed"],
-            "aa_fixed_fpr_about_5pct": wilson(round(aa["fixed"] * 200), 200)[0] <= 0.05 <= wilson(round(aa["fixed"] * 200), 200)[1],
+            "aa_fixed_fpr_about_5pct": wilson_interval(round(aa["fixed"] * 200), 200)[0] <= 0.05 <= wilson_interval(round(aa["fixed"] * 200), 200)[1],
             "aa_sequential_fpr_at_most_5pct": aa["msprt"] <= 0.05 and aa100["msprt"] <= 0.05,
         },
         "machine": machine(),
@@ -251,10 +243,7 @@ def main() -> None:
     ax2.set_ylabel("% of experiments rejecting H0")
     ax2.set_title(f"n = {n:,} per arm")
     ax2.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(RESULTS / "ab_power.png", dpi=100)
-    for p in write_results("ab_power", data, "\n".join(md)):
-        print(p)
+    publish("ab_power", data, "\n".join(md), fig)
 
 
 if __name__ == "__main__":

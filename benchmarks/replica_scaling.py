@@ -30,7 +30,8 @@ import psutil
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-from ab_common import RESULTS, machine, write_results  # noqa: E402
+from ab_common import machine, publish  # noqa: E402
+from serve_common import untrained_student  # noqa: E402
 
 from livethink.ab_test.pg_cluster import LocalPostgres  # noqa: E402
 from livethink.replicas import ReplicaSet  # noqa: E402
@@ -49,12 +50,6 @@ DOCS = [
         "text": "Price: $39. Ships in 2 days. Free returns within 30 days.",
     }
 ]
-
-
-def untrained_student(workdir: Path) -> Path:
-    from livethink.models.student import untrained_student as build
-
-    return build(workdir / "untrained-student")
 
 
 class CPU:
@@ -223,10 +218,7 @@ def main() -> None:
     ax.set_xlabel("offered rate (req/s)")
     ax.set_ylabel("within deadline (all requests)")
     ax.legend()
-    fig.tight_layout()
-    fig.savefig(RESULTS / "replica_scaling.png", dpi=100)
-    for p in write_results("replica_scaling", data, "\n".join(md)):
-        print(p)
+    publish("replica_scaling", data, "\n".join(md), fig)
 
 
 if __name__ == "__main__":

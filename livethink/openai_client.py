@@ -36,6 +36,7 @@ from typing import Any, Generic, TypeVar
 import openai
 
 T = TypeVar("T")
+C = TypeVar("C", openai.OpenAI, openai.AsyncOpenAI)
 NO_KEY = "EMPTY"
 CONTEXT_ERROR = re.compile(r"context|too long|maximum.{0,40}length|max_model_len|prompt.{0,40}tokens", re.I)
 # typed arguments of ``chat.completions.create``; the other keys of a request body travel as ``extra_body``
@@ -165,38 +166,50 @@ def _unusable(error: ValueError, attempts: int) -> EndpointError:
     return EndpointError("malformed_response", str(error), attempts=attempts)
 
 
+class _Attempts:
+    """The attempts of one call against its budget of ``1 + max_retries``: the client's own retries count, and so
+    does each ask-again of an unusable 200."""
+
+    def __init__(self, budget: int):
+        self.budget, self.made = budget, 0
+
+    def client(self, client: C) -> C:
+        """``client`` with the retries left to this call (the client as it is for the first request)."""
+        return client if self.made == 0 else client.with_options(max_retries=self.budget - self.made - 1)
+
+    def answer(self, raw: Any, parse: Callable[[dict[str, Any]], T]) -> Reply[T] | None:
+        """The parsed reply of a 200; None to ask again; ``EndpointError`` when it is unusable and none are left."""
+        self.made += raw.retries_taken + 1
+        try:
+            return Reply(parse(_body(raw.text)), self.made)
+        except ValueError as exc:
+            if self.made >= self.budget:
+                raise _unusable(exc, self.made) from exc
+            return None
+
+
 def chat(client: openai.OpenAI, body: dict[str, Any], parse: Callable[[dict[str, Any]], T]) -> Reply[T]:
     """POST ``body`` (an OpenAI chat-completions request; keys the client does not type go as ``extra_body``) and
     return ``parse(response JSON)``; ``parse`` raises ``ValueError`` for an unusable answer. Raises
     ``EndpointError``. Policy: see the module docstring."""
-    budget, attempts = client.max_retries + 1, 0
+    tries = _Attempts(client.max_retries + 1)
     while True:
-        caller = client if attempts == 0 else client.with_options(max_retries=budget - attempts - 1)
         try:
-            raw = caller.chat.completions.with_raw_response.create(**_create_args(body))
+            raw = tries.client(client).chat.completions.with_raw_response.create(**_create_args(body))
         except openai.APIError as exc:
-            raise _failure(exc, attempts) from exc
-        attempts += raw.retries_taken + 1
-        try:
-            return Reply(parse(_body(raw.text)), attempts)
-        except ValueError as exc:
-            if attempts >= budget:
-                raise _unusable(exc, attempts) from exc
+            raise _failure(exc, tries.made) from exc
+        if (reply := tries.answer(raw, parse)) is not None:
+            return reply
 
 
 async def achat(client: openai.AsyncOpenAI, body: dict[str, Any],
                 parse: Callable[[dict[str, Any]], T]) -> Reply[T]:
     """``chat`` for ``openai.AsyncOpenAI``."""
-    budget, attempts = client.max_retries + 1, 0
+    tries = _Attempts(client.max_retries + 1)
     while True:
-        caller = client if attempts == 0 else client.with_options(max_retries=budget - attempts - 1)
         try:
-            raw = await caller.chat.completions.with_raw_response.create(**_create_args(body))
+            raw = await tries.client(client).chat.completions.with_raw_response.create(**_create_args(body))
         except openai.APIError as exc:
-            raise _failure(exc, attempts) from exc
-        attempts += raw.retries_taken + 1
-        try:
-            return Reply(parse(_body(raw.text)), attempts)
-        except ValueError as exc:
-            if attempts >= budget:
-                raise _unusable(exc, attempts) from exc
+            raise _failure(exc, tries.made) from exc
+        if (reply := tries.answer(raw, parse)) is not None:
+            return reply

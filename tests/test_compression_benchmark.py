@@ -1,17 +1,19 @@
-"""The compression benchmark's pure analysis (benchmarks/compression.py) on hand-computed rows."""
+"""The compression benchmark's pure analysis and report (benchmarks/compression*.py) on hand-computed rows."""
 
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import json
+import sys
 from pathlib import Path
 
 import pytest
 
-_spec = importlib.util.spec_from_file_location("compression_bench", Path(__file__).resolve().parents[1] / "benchmarks/compression.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))  # the scripts import their helpers by name
+import compression as bench  # noqa: E402
+import compression_analysis as analysis  # noqa: E402
+import compression_report  # noqa: E402
+import compression_runs as runs  # noqa: E402
 
 RFT = {"name": "rft", "kind": "rft", "variant": "rft", "tokens": 200.0, "correctness": 0.40, "helpfulness": 0.30,
        "truncated_rate": 0.0}
@@ -28,7 +30,7 @@ def row(name, tokens, c, h, variant=None, kind="variant", seed=0):
 
 def test_compare_per_seed_rows():
     rows = [row("band", 80.0, 0.385, 0.30), row("dot", 60.0, 0.37, 0.35), row("drpo", 150.0, 0.41, 0.31)]
-    bench.compare(rows, RFT)
+    analysis.compare(rows, RFT)
     assert [r["token_reduction"] for r in rows] == [0.6, 0.7, 0.25]
     assert [r["d_correctness_pts"] for r in rows] == [-1.5, -3.0, 1.0]
     assert [r["meets_target"] for r in rows] == [True, False, False]  # dot loses 3 points; drpo compresses 25%
@@ -38,41 +40,32 @@ def test_aggregate_over_seeds_and_target_verdicts():
     per_seed = [row("band", 80.0, 0.40, 0.30, seed=0), row("band", 70.0, 0.38, 0.31, seed=1),
                 row("band", 90.0, 0.36, 0.32, seed=2), row("cosine", 150.0, 0.4, 0.3, seed=0)]
     for seed in (0, 1, 2):
-        bench.compare([r for r in per_seed if r["seed"] == seed], RFT)
-    band, cosine = bench.aggregate(per_seed)
+        analysis.compare([r for r in per_seed if r["seed"] == seed], RFT)
+    band, cosine = analysis.aggregate(per_seed)
     # reductions .60, .65, .55 -> mean .60, sd .05, half-width 4.302653·.05/√3 = .124207
     assert band["seeds"] == [0, 1, 2] and band["token_reduction"] == 0.6 and band["tokens"] == 80.0
     assert band["ci"]["token_reduction"] == [0.4758, 0.7242]
     assert band["d_correctness_pts"] == -2.0 and band["ci"]["d_correctness_pts"] == [-6.97, 2.97]
     assert band["meets_target_seeds"] == 2  # seed 2: 55% shorter and −4 points
     assert cosine["ci"]["tokens"] is None and cosine["meets_target_seeds"] == 0
-    verdicts = bench.target_verdicts(per_seed, "band", RFT)
+    verdicts = analysis.target_verdicts(per_seed, "band", RFT)
     assert [v["met"] for v in verdicts.values()] == [True, True, False]
     assert verdicts["2"] == {"token_reduction": 0.55, "d_correctness_pts": -4.0, "d_helpfulness_pts": 2.0,
                              "shorter_60": False, "correctness_kept": False, "helpfulness_kept": True, "met": False}
-    assert bench.pick_best_livethink([band, cosine])["name"] == "band"  # cosine is a baseline
-
-
-def test_pareto_front():
-    assert bench.pareto_front([(100, 40), (120, 35), (80, 30), (80, 20)]) == [2, 0]
+    assert analysis.pick_best_livethink([band, cosine])["name"] == "band"  # cosine is a baseline
 
 
 def test_challengers_against_each_baseline_curve_at_equal_tokens():
     lp_mid, lp = row("length_penalty@8", 150.0, 0.30, 0.20), row("length_penalty", 100.0, 0.20, 0.10)
-    # halfway between the RFT student (200 tokens, 40% / 30%) and the midpoint (150, 30% / 20%)
-    at_175 = bench.interpolate_at(175.0, [RFT, lp_mid, lp], "length_penalty")
-    assert at_175["correctness"] == pytest.approx(0.35) and at_175["helpfulness"] == pytest.approx(0.25)
-    assert at_175["name"] == "length_penalty interpolated between length_penalty@8 and rft"
-    assert bench.interpolate_at(90.0, [RFT, lp_mid, lp]) is lp  # beyond the curve: its nearest end
     rows = [lp_mid, lp, row("dler", 120.0, 0.30, 0.30), row("drpo", 175.0, 0.36, 0.26), row("dot", 125.0, 0.20, 0.10),
             row("dot@8", 120.0, 0.3, 0.1, kind="midpoint"), row("band", 90.0, 0.4, 0.4)]
-    vs = bench.versus_baselines(rows, RFT)
+    vs = analysis.versus_baselines(rows, RFT)
     assert set(vs) == {"drpo", "dot"}  # band is not a challenger; midpoints are not compared
     assert vs["drpo"]["length_penalty"].startswith("matches or beats")  # 36% / 26% vs 35% / 25% at 175 tokens
     assert vs["dot"]["length_penalty"].startswith("loses")  # 20% / 10% vs 25% / 15% at 125 tokens
     assert vs["dot"]["dler"].startswith("loses")  # dler's curve at 125: between dler (120) and rft (200)
     assert vs["drpo"]["dler"].startswith("loses")  # 36% / 26% vs 36.9% / 30% at 175 tokens
-    assert bench.versus_baselines(rows[2:3] + rows[6:], RFT) == {}  # no challenger
+    assert analysis.versus_baselines(rows[2:3] + rows[6:], RFT) == {}  # no challenger
 
 
 def test_seeds_argument():
@@ -82,10 +75,10 @@ def test_seeds_argument():
             bench.parse_seeds(bad)
     assert bench.parse([]).eval_midpoint is True and bench.parse(["--no-eval-midpoint"]).eval_midpoint is False
     assert bench.parse([]).jobs == 1 and bench.parse(["--jobs", "2"]).jobs == 2
-    assert set(bench.VARIANTS) == {"band", "siri", "dot", "drpo", "length_penalty", "gdpo", "dapo_overlong", "cosine",
+    assert set(runs.VARIANTS) == {"band", "siri", "dot", "drpo", "length_penalty", "gdpo", "dapo_overlong", "cosine",
                                    "dler"}
     root = Path(__file__).resolve().parents[1]
-    assert all((root / f"configs/tiny/grpo_{v}.yaml").is_file() for v in bench.VARIANTS)
+    assert all((root / f"configs/tiny/grpo_{v}.yaml").is_file() for v in runs.VARIANTS)
 
 
 def test_report_only_redoes_the_analysis_of_a_finished_run(tmp_path):
@@ -120,33 +113,33 @@ def test_paired_deltas_match_tasks_by_id():
     rft = [s("t1", True, True), s("t2", False, False), s("t3", True, False), s("t4", False, False)]
     # listed in another order, plus a task the RFT student was not scored on (left out of the pairs)
     variant = [s("t4", False, False), s("t3", True, True), s("t2", True, False), s("t1", True, True), s("t9", True, True)]
-    out = bench.paired_deltas(rft, variant)
+    out = analysis.paired_deltas(rft, variant)
     # ΔC per task: 0, +1, 0, 0 -> 25 ± 3.182446 × 25 points; ΔH: 0, 0, +1, 0 -> the same
     assert out["d_correctness_ci_pts"] == [-54.6, 104.6] == out["d_helpfulness_ci_pts"]
 
 
 def test_merge_runs_keeps_published_runs_beside_new_ones():
-    budget = {k: META[k] for k in bench.SAME_BUDGET}
+    budget = {k: META[k] for k in analysis.SAME_BUDGET}
     published = {"meta": dict(META), "rows": [dict(RFT)],
                  "per_seed": [row("band", 80.0, 0.40, 0.30, seed=0), row("cosine", 150.0, 0.4, 0.3, seed=0),
                               row("band", 70.0, 0.38, 0.31, seed=1)]}
     new = [row("cosine", 120.0, 0.41, 0.3, seed=0), row("dler", 90.0, 0.35, 0.3, seed=0)]
-    merged = bench.merge_runs(published, new, dict(RFT), budget)
+    merged = analysis.merge_runs(published, new, dict(RFT), budget)
     # cosine seed 0 was run again: the new run replaces the published one; the rest is kept, in order
     assert [(r["name"], r["seed"], r["tokens"]) for r in merged] == [
         ("band", 0, 80.0), ("band", 1, 70.0), ("cosine", 0, 120.0), ("dler", 0, 90.0)]
     # siri's two rows (low, high) belong to one run: both are replaced together
     siri = [row("siri-low", 100.0, 0.4, 0.3, variant="siri"), row("siri-high", 110.0, 0.4, 0.3, variant="siri")]
-    again = bench.merge_runs({**published, "per_seed": siri}, [row("siri-high", 105.0, 0.4, 0.3, variant="siri")],
+    again = analysis.merge_runs({**published, "per_seed": siri}, [row("siri-high", 105.0, 0.4, 0.3, variant="siri")],
                              dict(RFT), budget)
     assert [(r["name"], r["tokens"]) for r in again] == [("siri-high", 105.0)]
 
 
 def test_merge_runs_refuses_another_reference_or_budget():
-    budget = {k: META[k] for k in bench.SAME_BUDGET}
+    budget = {k: META[k] for k in analysis.SAME_BUDGET}
     published = {"meta": dict(META), "rows": [dict(RFT)], "per_seed": []}
     with pytest.raises(ValueError) as err:
-        bench.merge_runs(published, [], {**RFT, "tokens": 201.0, "correctness": 0.41}, {**budget, "steps": 96})
+        analysis.merge_runs(published, [], {**RFT, "tokens": 201.0, "correctness": 0.41}, {**budget, "steps": 96})
     message = str(err.value)
     assert "steps: 2 there, 96 here" in message
     assert "RFT student's tokens: 200.0 there, 201.0 here" in message and "correctness: 0.4 there, 0.41 here" in message
@@ -154,20 +147,20 @@ def test_merge_runs_refuses_another_reference_or_budget():
 
 
 def test_what_stage_2_trains_is_a_method_suffix():
-    assert bench.split_method("band") == ("band", "head")
-    assert bench.split_method("band+lora") == ("band", "lora")
-    assert bench.method_rollouts("band", "vllm") == "vllm"
-    assert bench.method_rollouts("band+all", "vllm") == "transformers"  # vLLM on CPU can't refresh trained experts
+    assert runs.split_method("band") == ("band", "head")
+    assert runs.split_method("band+lora") == ("band", "lora")
+    assert runs.method_rollouts("band", "vllm") == "vllm"
+    assert runs.method_rollouts("band+all", "vllm") == "transformers"  # vLLM on CPU can't refresh trained experts
     args = argparse.Namespace(rft=Path("rft"), data_dir=Path("data"), generations=4, prompts_per_step=8,
                               max_completion_length=384, lr=2e-3, calculator=True, siri_l_min=96, max_model_len=1024,
                               extra=["--logging_steps", "1"])
-    lora = bench.grpo_cmd(args, "band+lora", Path("out"), 96, "transformers")
+    lora = runs.grpo_cmd(args, "band+lora", Path("out"), 96, "transformers")
     assert lora[lora.index("--config") + 1].endswith("configs/tiny/grpo_band.yaml")
     assert lora[lora.index("--use_vllm") + 1] == "false"
     assert lora[-6:] == ["--use_peft", "true", "--trainable_parameters", "@all", "--logging_steps", "1"]
-    siri_all = bench.grpo_cmd(args, "siri+all", Path("out"), 96, "transformers")
+    siri_all = runs.grpo_cmd(args, "siri+all", Path("out"), 96, "transformers")
     assert "--siri_period" in siri_all and siri_all[-4:-2] == ["--trainable_parameters", "@all"]
-    head = bench.grpo_cmd(args, "band", Path("out"), 96, "vllm")
+    head = runs.grpo_cmd(args, "band", Path("out"), 96, "vllm")
     assert "--use_peft" not in head and "--trainable_parameters" not in head and "--vllm_mode" in head
 
 
@@ -187,15 +180,15 @@ def test_report_names_what_each_method_trains_and_its_rollouts(tmp_path):
 def test_added_runs_name_every_earlier_invocation_and_the_total_wall_time():
     first = {"command": "c1", "date": "d1", "total_wall_min": 55.3}
     second = {"command": "c2", "date": "d2", "total_wall_min": 30.0,
-              "extends": {"invocations": bench.published_invocations(first), "runs_kept": ["band seed 0"]}}
-    assert bench.published_invocations(second) == [{"command": "c1", "date": "d1", "wall_min": 55.3},
+              "extends": {"invocations": compression_report.published_invocations(first), "runs_kept": ["band seed 0"]}}
+    assert compression_report.published_invocations(second) == [{"command": "c1", "date": "d1", "wall_min": 55.3},
                                                    {"command": "c2", "date": "d2", "wall_min": 30.0}]
     third = {"command": "c3", "date": "d3", "total_wall_min": 14.7,
-             "extends": {"invocations": bench.published_invocations(second), "runs_kept": ["band seed 0", "band seed 1"]}}
-    lines = bench.added_statement(third)
+             "extends": {"invocations": compression_report.published_invocations(second), "runs_kept": ["band seed 0", "band seed 1"]}}
+    lines = compression_report.added_statement(third)
     assert lines[2:4] == ["- `c1` (d1, 55.3 min)", "- `c2` (d2, 30.0 min)"]
     assert lines[5].endswith("under the same budget. Wall time of all 3 invocations: 100.0 min.")
     older = {"command": "c2", "date": "d2", "total_wall_min": 30.0,  # written before invocations were chained
              "extends": {"command": "c1", "date": "d1", "runs_kept": ["band seed 0"]}}
-    assert bench.published_invocations(older)[0] == {"command": "c1", "date": "d1", "wall_min": None}
-    assert "Wall time" not in bench.added_statement(older)[-2]
+    assert compression_report.published_invocations(older)[0] == {"command": "c1", "date": "d1", "wall_min": None}
+    assert "Wall time" not in compression_report.added_statement(older)[-2]

@@ -28,8 +28,6 @@ from livethink.serve.controller import (
     EngineEstimator,
     EstimatorSettings,
     QueueState,
-    SlotQueue,
-    queue_wait,
     tail_factor,
 )
 from livethink.serve.errors import overloaded, validation_error
@@ -45,6 +43,7 @@ from livethink.serve.estimates import (
     stream_timing,
 )
 from livethink.serve.reasoning import ThinkSplitter, usable_reply
+from livethink.serve.slots import SlotQueue, queue_wait
 
 ROOT = Path(__file__).resolve().parents[1]
 EST = Estimates(wait=0.0, ttft=0.05, tpot=0.01)

@@ -118,7 +118,8 @@ def test_server_latency_matches_the_clients_on_a_loaded_server():
 
 
 def test_cold_factor_fades_and_slots_open_one_per_reply():
-    from livethink.serve.controller import SlotQueue, cold_factor
+    from livethink.serve.controller import cold_factor
+    from livethink.serve.slots import SlotQueue
 
     assert [cold_factor(n, 2.0, 4) for n in (0, 1, 2, 4, 9)] == [2.0, 1.75, 1.5, 1.0, 1.0]
     assert cold_factor(0, 3.0, 0) == 1.0

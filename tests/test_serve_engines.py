@@ -320,3 +320,15 @@ def test_deadline_holds_on_the_transformers_engine(hf_server):
         ]:
             assert time.monotonic() < end, engine
             time.sleep(0.02)
+
+
+def test_vllm_settings_take_the_engine_config_fields_by_name():
+    from livethink.serve.config import EngineConfig
+    from livethink.serve.engines.vllm_settings import FROM_ENGINE_CONFIG, VLLMSettings
+
+    e = EngineConfig(dtype="float16", max_model_len=2048, kv_cache_gib=2, max_num_seqs=8, budget_forcing="two_phase",
+                     calculator=True)
+    s = VLLMSettings.from_engine_config(e, reasoning="think")
+    assert all(getattr(s, name) == getattr(e, name) for name in FROM_ENGINE_CONFIG)
+    assert (s.dtype, s.max_model_len, s.max_num_seqs, s.calculator, s.reasoning, s.seed) == ("float16", 2048, 8, True,
+                                                                                              "think", 0)

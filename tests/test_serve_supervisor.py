@@ -23,8 +23,8 @@ from serve_fixtures import (
 )
 
 from livethink.serve.app import ENGINE_GAVE_UP_EXIT, create_app
+from livethink.serve.engine_states import Policy, Status, backoff, on_poll, on_restarted, retry_after
 from livethink.serve.hooks import ArmChoice, NoExperiment, ResponseRecord
-from livethink.serve.supervisor import Policy, Status, backoff, on_poll, on_restarted, retry_after
 
 pytestmark = pytest.mark.timeout(120)
 P = Policy(poll_s=0.5, restart_max=2, restart_window_s=600, backoff_s=1.0, backoff_max_s=30, stall_s=5, stall_kill_s=30)

@@ -123,22 +123,21 @@ def register_reward_column(name: str) -> Callable[[ColumnBuilder], ColumnBuilder
     return decorate
 
 
-@register_reward_column(CORRECTNESS)
-def _correctness(kit: RewardKit, options: dict[str, Any]) -> RewardFunc:
-    def correctness(completions, completion_ids=None, **columns):
-        vs = kit.verdicts(completions, completion_ids, columns)
-        return kit.unless_error(vs, kit.quality(vs)[0].tolist())
+def _judge_column(index: int) -> ColumnBuilder:
+    """The column of one of the judge's verdicts: ``index`` 0 = correct, 1 = helpful (``RewardKit.quality``)."""
 
-    return correctness
+    def build(kit: RewardKit, options: dict[str, Any]) -> RewardFunc:
+        def column(completions, completion_ids=None, **columns):
+            vs = kit.verdicts(completions, completion_ids, columns)
+            return kit.unless_error(vs, kit.quality(vs)[index].tolist())
+
+        return column
+
+    return build
 
 
-@register_reward_column(HELPFULNESS)
-def _helpfulness(kit: RewardKit, options: dict[str, Any]) -> RewardFunc:
-    def helpfulness(completions, completion_ids=None, **columns):
-        vs = kit.verdicts(completions, completion_ids, columns)
-        return kit.unless_error(vs, kit.quality(vs)[1].tolist())
-
-    return helpfulness
+register_reward_column(CORRECTNESS)(_judge_column(0))
+register_reward_column(HELPFULNESS)(_judge_column(1))
 
 
 def make_reward_funcs(names: Sequence[str], ctx: RewardContext, judge: Judge | dict | None = None,

@@ -8,7 +8,6 @@ says why (the log, ``/health`` and ``livethink doctor``); ``engine.kind: vllm`` 
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 from dataclasses import dataclass
 
@@ -53,23 +52,10 @@ def _vllm_set(config: ServeConfig) -> EngineSet:
     from livethink.serve.engines.vllm_engine import VLLMEngine, VLLMSettings
 
     e = config.engine
-    settings = VLLMSettings(
-        dtype=e.dtype,
-        max_model_len=e.max_model_len,
-        enforce_eager=e.enforce_eager,
-        kv_cache_gib=e.kv_cache_gib,
-        gpu_memory_utilization=e.gpu_memory_utilization,
-        tensor_parallel_size=e.tensor_parallel_size,
-        max_num_seqs=e.max_num_seqs,
-        enable_prefix_caching=e.enable_prefix_caching,
-        budget_forcing=e.budget_forcing,
-        max_lora_rank=e.max_lora_rank,
-        calculator=e.calculator,
-    )
     engines, keys, caps = {}, {}, {}
     for base, variants in config.engine_groups().items():
         spec = config.models[base]
-        engines[base] = VLLMEngine(spec.path, variants, dataclasses.replace(settings, reasoning=spec.reasoning))
+        engines[base] = VLLMEngine(spec.path, variants, VLLMSettings.from_engine_config(e, reasoning=spec.reasoning))
         caps[base] = config.models[base].max_concurrency or e.max_concurrency
         keys.update({v: base for v in variants})
     return EngineSet(engines, keys, caps)

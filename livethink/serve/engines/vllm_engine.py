@@ -37,30 +37,11 @@ from livethink.serve.engines.base import (
     ThinkingGuard,
     single_token_id,
 )
+from livethink.serve.engines.vllm_settings import BudgetForcing, VLLMSettings, native_budget_supported
 
 log = logging.getLogger(__name__)
 
 __all__ = ["BudgetForcing", "VLLMEngine", "VLLMSettings", "kv_cache_env", "native_budget_supported"]
-
-BudgetForcing = Literal["auto", "native", "two_phase"]
-
-
-@dataclass(frozen=True)
-class VLLMSettings:
-    dtype: str = "bfloat16"
-    max_model_len: int = 1024
-    enforce_eager: bool = True
-    kv_cache_gib: int | None = 1  # VLLM_CPU_KVCACHE_SPACE (CPU only; vLLM reads a whole number of GiB)
-    gpu_memory_utilization: float | None = None  # GPU only
-    tensor_parallel_size: int = 1
-    max_num_seqs: int | None = None
-    enable_prefix_caching: bool | None = None
-    budget_forcing: BudgetForcing = "auto"
-    max_lora_rank: int = 16
-    seed: int = 0
-    calculator: bool = False  # livethink.calculator: computed digits after a sum's "="
-    reasoning: Any = "auto"  # the base model's reasoning format setting (livethink.data.reasoning_format)
-
 
 @dataclass
 class _Run:
@@ -71,18 +52,6 @@ class _Run:
     continue_with_end: bool = False
     natural: bool = False  # the model closed the think block itself (two-phase stop on </think>)
     text: str = ""  # phase-1 text (re-encoded when a multi-token end string stopped it)
-
-
-def native_budget_supported() -> bool:
-    """Whether this vLLM build has ``SamplingParams.thinking_token_budget`` and the reasoning config."""
-    try:
-        from vllm import SamplingParams
-        from vllm.config.reasoning import ReasoningConfig  # noqa: F401
-    except ImportError:
-        return False
-    return "thinking_token_budget" in getattr(SamplingParams, "__struct_fields__", ()) or hasattr(
-        SamplingParams(), "thinking_token_budget"
-    )
 
 
 class VLLMEngine:

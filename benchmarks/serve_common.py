@@ -1,0 +1,27 @@
+"""Shared helpers of the serving benchmarks: the repository's paths, the environment of the servers they start, a
+rounded percentile and an untrained student to serve when no trained one exists."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+OUT = ROOT / "benchmarks/results"
+ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
+
+
+def pct(values: list[float], q: float, digits: int | None = 1) -> float | None:
+    """The ``q``-th percentile of ``values`` rounded to ``digits`` (None: unrounded); None for no values."""
+    if not values:
+        return None
+    value = float(np.percentile(values, float(q)))
+    return value if digits is None else round(value, digits)
+
+
+def untrained_student(workdir: Path) -> Path:
+    """A freshly initialised tiny student (``livethink.models.student.untrained_student``) under ``workdir``."""
+    from livethink.models.student import untrained_student as build
+
+    return build(workdir / "untrained-student")
