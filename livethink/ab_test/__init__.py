@@ -3,13 +3,13 @@ statistics (z / Welch / SRM / mSPRT / CUPED), reports and a traffic simulator.
 
 Modules: ``experiment`` (YAML → Experiment), ``assignment`` (hashing, bucket ranges), ``events`` (schemas),
 ``store`` (SQLite/PostgreSQL log), ``writer`` (group commit), ``stats`` (pure statistics), ``analysis``,
-``report``, ``simulate``, ``hooks`` (what the server calls), ``cli``. Names below are imported lazily.
+``report``, ``simulate``, ``serving`` (the types the server programs against), ``hooks`` (what the server
+calls), ``cli``. Names below are imported lazily.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from livethink.lazy_exports import lazy_getattr
 
 _EXPORTS = {
     "Experiment": "experiment",
@@ -31,10 +31,13 @@ _EXPORTS = {
     "write_report": "report",
     "simulate_offline": "simulate",
     "simulate_http": "simulate",
+    "SIMULATED_HEADER": "serving",
+    "ArmSettings": "serving",
+    "ResponseRecord": "serving",
+    "ExperimentHooksProtocol": "serving",
     "ExperimentHooks": "hooks",
-    "ExperimentHooksProtocol": "hooks",
+    "HookSet": "hooks",
     "open_hooks": "hooks",
-    "close_hooks": "hooks",
     "record_outcome": "hooks",
     "arecord_outcome": "hooks",
     "experiment_summary": "hooks",
@@ -43,12 +46,7 @@ _EXPORTS = {
     "EventValidationError": "errors",
     "EventConflictError": "errors",
     "UnknownExperimentError": "errors",
+    "UnknownArmError": "errors",
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'livethink.ab_test' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"livethink.ab_test.{module}"), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -36,7 +36,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from livethink.ab_test.assignment import Assigner
 from livethink.ab_test.errors import ExperimentConfigError
 from livethink.ab_test.experiment import Experiment
-from livethink.ab_test.hooks import SIMULATED_HEADER
+from livethink.ab_test.serving import SIMULATED_HEADER
 from livethink.ab_test.store import EventStore
 from livethink.data.schema import Task
 from livethink.eval.goodput import ViewerOutcome, summarize
