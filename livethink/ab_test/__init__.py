@@ -11,42 +11,20 @@ from __future__ import annotations
 
 from livethink.lazy_exports import lazy_getattr
 
-_EXPORTS = {
-    "Experiment": "experiment",
-    "load_experiment": "experiment",
-    "load_experiments": "experiment",
-    "parse_experiment": "experiment",
-    "Assigner": "assignment",
-    "Assignment": "assignment",
-    "gb_hash": "assignment",
-    "bucket_ranges": "assignment",
-    "choose_variation": "assignment",
-    "OutcomeIn": "events",
-    "validate_outcome": "events",
-    "parse_event": "events",
-    "EventStore": "store",
-    "Ack": "store",
-    "BatchWriter": "writer",
-    "analyze": "analysis",
-    "write_report": "report",
-    "simulate_offline": "simulate",
-    "simulate_http": "simulate",
-    "SIMULATED_HEADER": "serving",
-    "ArmSettings": "serving",
-    "ResponseRecord": "serving",
-    "ExperimentHooksProtocol": "serving",
-    "ExperimentHooks": "hooks",
-    "HookSet": "hooks",
-    "open_hooks": "hooks",
-    "record_outcome": "hooks",
-    "arecord_outcome": "hooks",
-    "experiment_summary": "hooks",
-    "ABError": "errors",
-    "ExperimentConfigError": "errors",
-    "EventValidationError": "errors",
-    "EventConflictError": "errors",
-    "UnknownExperimentError": "errors",
-    "UnknownArmError": "errors",
-}
+_MODULES = {
+    "experiment": ("Experiment", "load_experiment", "load_experiments", "parse_experiment"),
+    "assignment": ("Assigner", "Assignment", "gb_hash", "bucket_ranges", "choose_variation"),
+    "events": ("OutcomeIn", "validate_outcome", "parse_event"),
+    "store": ("EventStore", "Ack"),
+    "writer": ("BatchWriter",),
+    "analysis": ("analyze",),
+    "report": ("write_report",),
+    "simulate": ("simulate_offline", "simulate_http"),
+    "serving": ("SIMULATED_HEADER", "ArmSettings", "ResponseRecord", "ExperimentHooksProtocol"),
+    "hooks": ("ExperimentHooks", "HookSet", "open_hooks", "record_outcome", "arecord_outcome", "experiment_summary"),
+    "errors": ("ABError", "ExperimentConfigError", "EventValidationError", "EventConflictError",
+               "UnknownExperimentError", "UnknownArmError"),
+}  # fmt: skip
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 __all__ = sorted(_EXPORTS)
 __getattr__ = lazy_getattr(__name__, _EXPORTS)
