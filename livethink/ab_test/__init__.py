@@ -3,52 +3,28 @@ statistics (z / Welch / SRM / mSPRT / CUPED), reports and a traffic simulator.
 
 Modules: ``experiment`` (YAML → Experiment), ``assignment`` (hashing, bucket ranges), ``events`` (schemas),
 ``store`` (SQLite/PostgreSQL log), ``writer`` (group commit), ``stats`` (pure statistics), ``analysis``,
-``report``, ``simulate``, ``hooks`` (what the server calls), ``cli``. Names below are imported lazily.
+``report``, ``simulate``, ``serving`` (the types the server programs against), ``hooks`` (what the server
+calls), ``cli``. Names below are imported lazily.
 """
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from livethink.lazy_exports import lazy_getattr
 
-_EXPORTS = {
-    "Experiment": "experiment",
-    "load_experiment": "experiment",
-    "load_experiments": "experiment",
-    "parse_experiment": "experiment",
-    "Assigner": "assignment",
-    "Assignment": "assignment",
-    "gb_hash": "assignment",
-    "bucket_ranges": "assignment",
-    "choose_variation": "assignment",
-    "OutcomeIn": "events",
-    "validate_outcome": "events",
-    "parse_event": "events",
-    "EventStore": "store",
-    "Ack": "store",
-    "BatchWriter": "writer",
-    "analyze": "analysis",
-    "write_report": "report",
-    "simulate_offline": "simulate",
-    "simulate_http": "simulate",
-    "ExperimentHooks": "hooks",
-    "ExperimentHooksProtocol": "hooks",
-    "open_hooks": "hooks",
-    "close_hooks": "hooks",
-    "record_outcome": "hooks",
-    "arecord_outcome": "hooks",
-    "experiment_summary": "hooks",
-    "ABError": "errors",
-    "ExperimentConfigError": "errors",
-    "EventValidationError": "errors",
-    "EventConflictError": "errors",
-    "UnknownExperimentError": "errors",
-}
+_MODULES = {
+    "experiment": ("Experiment", "load_experiment", "load_experiments", "parse_experiment"),
+    "assignment": ("Assigner", "Assignment", "gb_hash", "bucket_ranges", "choose_variation"),
+    "events": ("OutcomeIn", "validate_outcome", "parse_event"),
+    "store": ("EventStore", "Ack"),
+    "writer": ("BatchWriter",),
+    "analysis": ("analyze",),
+    "report": ("write_report",),
+    "simulate": ("simulate_offline", "simulate_http"),
+    "serving": ("SIMULATED_HEADER", "ArmSettings", "ResponseRecord", "ExperimentHooksProtocol"),
+    "hooks": ("ExperimentHooks", "HookSet", "open_hooks", "record_outcome", "arecord_outcome", "experiment_summary"),
+    "errors": ("ABError", "ExperimentConfigError", "EventValidationError", "EventConflictError",
+               "UnknownExperimentError", "UnknownArmError"),
+}  # fmt: skip
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'livethink.ab_test' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"livethink.ab_test.{module}"), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

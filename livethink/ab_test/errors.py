@@ -18,6 +18,13 @@ class UnknownExperimentError(ABError, KeyError):
         return str(self.args[0]) if self.args else "unknown experiment"
 
 
+class UnknownArmError(ABError, KeyError):
+    """A request or query names an arm that the experiment (or no experiment) has."""
+
+    def __str__(self) -> str:  # KeyError would quote the message
+        return str(self.args[0]) if self.args else "unknown arm"
+
+
 class EventValidationError(ABError):
     """An event is malformed: wrong type, missing or out-of-range field, unknown arm."""
 

@@ -7,7 +7,7 @@ An event whose ``ts`` lies more than ``MAX_FUTURE_SKEW_S`` in the future, or bef
 from __future__ import annotations
 
 import time
-from typing import Annotated, Literal
+from typing import Annotated, Literal, TypeVar
 
 from pydantic import (
     BaseModel,
@@ -90,6 +90,7 @@ class OutcomeEvent(_Event):
 
 Event = Annotated[ExposureEvent | ResponseEvent | OutcomeEvent, Field(discriminator="kind")]
 _EVENT_ADAPTER: TypeAdapter[ExposureEvent | ResponseEvent | OutcomeEvent] = TypeAdapter(Event)
+T = TypeVar("T")
 
 
 class OutcomeIn(BaseModel):
@@ -112,6 +113,9 @@ class OutcomeIn(BaseModel):
         return parse_event({**data, "kind": "outcome"})
 
 
+_OUTCOME_ADAPTER = TypeAdapter(OutcomeIn)
+
+
 def _describe(exc: ValidationError, prefix: str = "") -> str:
     parts = []
     for err in exc.errors():
@@ -127,23 +131,24 @@ def _describe(exc: ValidationError, prefix: str = "") -> str:
     return "; ".join(parts)
 
 
+def _validated(adapter: TypeAdapter[T], data: object, not_a_mapping: str) -> T:
+    """``data`` validated by ``adapter``; ``EventValidationError`` naming the field (``not_a_mapping``: what to
+    say when ``data`` is not a mapping)."""
+    if not isinstance(data, dict):
+        raise EventValidationError(f"{not_a_mapping}, got {type(data).__name__}")
+    try:
+        return adapter.validate_python(data)
+    except ValidationError as exc:
+        raise EventValidationError(_describe(exc)) from None
+
+
 def parse_event(data: dict | BaseModel) -> ExposureEvent | ResponseEvent | OutcomeEvent:
     """Validate one event mapping (``kind`` picks the schema); raise ``EventValidationError`` naming the field."""
     if isinstance(data, ExposureEvent | ResponseEvent | OutcomeEvent):
         return data
-    if not isinstance(data, dict):
-        raise EventValidationError(f"event: expected a mapping, got {type(data).__name__}")
-    try:
-        return _EVENT_ADAPTER.validate_python(data)
-    except ValidationError as exc:
-        raise EventValidationError(_describe(exc)) from None
+    return _validated(_EVENT_ADAPTER, data, "event: expected a mapping")
 
 
 def validate_outcome(payload: dict) -> OutcomeIn:
     """Validate a ``POST /v1/ab/outcomes`` body; ``EventValidationError`` names the field."""
-    if not isinstance(payload, dict):
-        raise EventValidationError(f"body: expected a JSON object, got {type(payload).__name__}")
-    try:
-        return OutcomeIn.model_validate(payload)
-    except ValidationError as exc:
-        raise EventValidationError(_describe(exc)) from None
+    return _validated(_OUTCOME_ADAPTER, payload, "body: expected a JSON object")

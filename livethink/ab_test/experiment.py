@@ -26,7 +26,7 @@ from pydantic import (
     model_validator,
 )
 
-from livethink.ab_test.errors import ExperimentConfigError
+from livethink.ab_test.errors import ExperimentConfigError, UnknownArmError
 from livethink.ab_test.metrics import METRICS, VIEWER_METRICS
 
 # Model variants an arm may serve: the RFT student, the teacher and the stage-2 compression variants.
@@ -176,7 +176,7 @@ class Experiment(_Strict):
         for a in self.arms:
             if a.name == name:
                 return a
-        raise KeyError(
+        raise UnknownArmError(
             f"arm: unknown arm {name!r} for experiment {self.name!r} (arms: {list(self.arm_names)})"
         )
 

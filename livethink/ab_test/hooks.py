@@ -2,26 +2,29 @@
 
 Typical use in the FastAPI app::
 
-    hooks = open_hooks("configs/ab/experiments.yaml", "sqlite:///runs/ab.db")   # name -> ExperimentHooks
+    hooks = open_hooks("configs/ab/experiments.yaml", "sqlite:///runs/ab.db")   # HookSet: name -> ExperimentHooks
     h = hooks["drpo_vs_rft"]
     a = h.assign(viewer_id)                          # Assignment(arm, bucket, in_experiment, ...)
-    settings = h.arm_settings(a.arm)                 # Arm: variant + budget overrides (None if not in it)
+    settings = h.arm_settings(a.arm)                 # ArmSettings: variant + budget overrides (when a.in_experiment)
     h.on_exposure(viewer_id, a, request_id=rid)      # before generating
     ...
-    h.on_response(viewer_id, a.arm, request_id=rid, latency_ms=..., tokens=..., deadline_met=...)
+    h.on_response(viewer_id, a.arm, ResponseRecord(latency_ms=..., tokens=..., deadline_met=...), request_id=rid)
     # POST /v1/ab/outcomes, body model OutcomeIn (FastAPI answers 422 naming the field):
     ack = await arecord_outcome(hooks, body)         # after commit; UnknownExperimentError -> 404
     # GET /v1/ab/experiments/{name}:
     experiment_summary(store, name)                  # UnknownExperimentError -> 404
+    hooks.close()                                    # flush the shared writer, close the store
 
 Every ``on_*`` returns a ``Future[Ack]`` that resolves after the event is durably committed (or None when
-nothing is logged, e.g. the viewer is not in the experiment).
+nothing is logged, e.g. the viewer is not in the experiment). The types the server programs against
+(``ArmSettings``, ``ResponseRecord``, ``ExperimentHooksProtocol``) live in ``livethink.ab_test.serving``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import hashlib
+import logging
 import threading
 import time
 import uuid
@@ -29,47 +32,27 @@ from collections.abc import Iterable, Mapping
 from concurrent.futures import Future
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, Literal
 
 from livethink.ab_test.analysis import analyze
 from livethink.ab_test.assignment import Assigner, Assignment
-from livethink.ab_test.errors import EventValidationError, UnknownExperimentError
+from livethink.ab_test.errors import UnknownExperimentError
 from livethink.ab_test.events import OutcomeIn, validate_outcome
-from livethink.ab_test.experiment import Arm, Experiment, load_experiments
+from livethink.ab_test.experiment import Experiment, load_experiments
+from livethink.ab_test.serving import SIMULATED_HEADER, ArmSettings, ExperimentHooksProtocol, ResponseRecord
 from livethink.ab_test.store import Ack, EventStore
 from livethink.ab_test.writer import BatchWriter
 
-SIMULATED_HEADER = "X-Livethink-Simulated"
-
-
-@runtime_checkable
-class ExperimentHooksProtocol(Protocol):
-    """Interface the server needs; a platform can plug in its own (e.g. backed by its experimentation SDK)."""
-
-    name: str
-
-    def assign(self, viewer_id: str) -> Assignment: ...
-
-    def arm_settings(self, arm: str | None) -> Arm | None: ...
-
-    def on_exposure(
-        self, viewer_id: str, assignment: Assignment, *, request_id: str | None = None, ts: float | None = None,
-        simulated: bool = False,
-    ) -> Future[Ack] | None: ...  # fmt: skip
-
-    def on_response(
-        self, viewer_id: str, arm: str | None, *, request_id: str | None = None, latency_ms: float,
-        ttft_ms: float | None = None, tokens: int | None = None, deadline_met: bool | None = None,
-        correct: bool | None = None, helpful: bool | None = None, status: str = "ok", ts: float | None = None,
-        simulated: bool = False,
-    ) -> Future[Ack] | None: ...  # fmt: skip
-
-    def on_outcome(self, outcome: OutcomeIn | dict) -> Future[Ack]: ...
+log = logging.getLogger(__name__)
 
 
 def _event_id(kind: str, experiment: str, request_id: str) -> str:
     h = hashlib.blake2b(f"{experiment}\0{request_id}".encode(), digest_size=12).hexdigest()
     return f"{kind}-{h}"
+
+
+def _outcome(payload: OutcomeIn | dict[str, Any]) -> OutcomeIn:
+    return payload if isinstance(payload, OutcomeIn) else validate_outcome(payload)
 
 
 class ExperimentHooks:
@@ -95,92 +78,72 @@ class ExperimentHooks:
             return Assignment(None, a.bucket, False, -1, a.experiment, a.hash_version)
         return a
 
-    def arm_settings(self, arm: str | None) -> Arm | None:
-        """The arm's variant and budget overrides (None for viewers outside the experiment)."""
-        return None if arm is None else self.experiment.arm(arm)
+    def arm_names(self) -> tuple[str, ...]:
+        return self.experiment.arm_names
 
-    def on_exposure(
-        self,
-        viewer_id: str,
-        assignment: Assignment,
-        *,
-        request_id: str | None = None,
-        ts: float | None = None,
-        simulated: bool = False,
-    ) -> Future[Ack] | None:
-        if not assignment.in_experiment or assignment.arm is None:
-            return None
+    def arm_settings(self, arm: str) -> ArmSettings:
+        """The arm's variant and budget overrides (``UnknownArmError`` for an arm the experiment lacks)."""
+        return ArmSettings.of(self.name, self.experiment.arm(arm))
+
+    def _log(
+        self, kind: Literal["exposure", "response"], viewer_id: str, arm: str, request_id: str | None,
+        ts: float | None, simulated: bool, fields: dict[str, Any],
+    ) -> Future[Ack]:  # fmt: skip
         rid = request_id or uuid.uuid4().hex
         return self.writer.submit(
             {
-                "kind": "exposure",
-                "event_id": _event_id("exp", self.name, rid),
-                "experiment": self.name,
-                "viewer_id": viewer_id,
-                "arm": assignment.arm,
-                "request_id": rid,
-                "bucket": assignment.bucket,
-                "hash_version": assignment.hash_version,
-                "ts": time.time() if ts is None else ts,
-                "simulated": simulated,
-            }
-        )
-
-    def on_response(
-        self,
-        viewer_id: str,
-        arm: str | None,
-        *,
-        request_id: str | None = None,
-        latency_ms: float,
-        ttft_ms: float | None = None,
-        tokens: int | None = None,
-        deadline_met: bool | None = None,
-        correct: bool | None = None,
-        helpful: bool | None = None,
-        status: str = "ok",
-        ts: float | None = None,
-        simulated: bool = False,
-    ) -> Future[Ack] | None:
-        if arm is None:
-            return None
-        rid = request_id or uuid.uuid4().hex
-        return self.writer.submit(
-            {
-                "kind": "response",
-                "event_id": _event_id("resp", self.name, rid),
+                "kind": kind,
+                "event_id": _event_id("exp" if kind == "exposure" else "resp", self.name, rid),
                 "experiment": self.name,
                 "viewer_id": viewer_id,
                 "arm": arm,
                 "request_id": rid,
-                "latency_ms": float(latency_ms),
-                "ttft_ms": None if ttft_ms is None else float(ttft_ms),
-                "tokens": tokens,
-                "deadline_met": deadline_met,
-                "correct": correct,
-                "helpful": helpful,
-                "status": status,
+                **fields,
                 "ts": time.time() if ts is None else ts,
                 "simulated": simulated,
             }
         )
 
-    def on_outcome(self, outcome: OutcomeIn | dict) -> Future[Ack]:
-        body = outcome if isinstance(outcome, OutcomeIn) else validate_outcome(outcome)
-        if body.experiment != self.name:
-            raise UnknownExperimentError(
-                f"experiment: {body.experiment!r} is not handled by hooks of {self.name!r}"
-            )
-        return self.writer.submit(body.to_event())
+    def on_exposure(
+        self, viewer_id: str, assignment: Assignment, *, request_id: str | None = None, ts: float | None = None,
+        simulated: bool = False,
+    ) -> Future[Ack] | None:  # fmt: skip
+        if not assignment.in_experiment or assignment.arm is None:
+            return None
+        fields = {"bucket": assignment.bucket, "hash_version": assignment.hash_version}
+        return self._log("exposure", viewer_id, assignment.arm, request_id, ts, simulated, fields)
 
-    async def aon_outcome(self, outcome: OutcomeIn | dict) -> Ack:
-        """Async ``on_outcome``: returns the ack once the outcome is committed."""
-        body = outcome if isinstance(outcome, OutcomeIn) else validate_outcome(outcome)
+    def on_response(
+        self, viewer_id: str, arm: str | None, record: ResponseRecord, *, request_id: str | None = None,
+        ts: float | None = None, simulated: bool = False,
+    ) -> Future[Ack] | None:  # fmt: skip
+        if arm is None:
+            return None
+        fields = {
+            "latency_ms": float(record.latency_ms),
+            "ttft_ms": None if record.ttft_ms is None else float(record.ttft_ms),
+            "tokens": record.tokens,
+            "deadline_met": record.deadline_met,
+            "correct": record.correct,
+            "helpful": record.helpful,
+            "status": record.status,
+        }
+        return self._log("response", viewer_id, arm, request_id, ts, simulated, fields)
+
+    def _own(self, outcome: OutcomeIn | dict[str, Any]) -> OutcomeIn:
+        body = _outcome(outcome)
         if body.experiment != self.name:
             raise UnknownExperimentError(
                 f"experiment: {body.experiment!r} is not handled by hooks of {self.name!r}"
             )
-        return await self.writer.asubmit(body.to_event())
+        return body
+
+    def on_outcome(self, outcome: OutcomeIn | dict[str, Any]) -> Future[Ack]:
+        return self.writer.submit(self._own(outcome).to_event())
+
+    async def aon_outcome(self, outcome: OutcomeIn | dict[str, Any]) -> Ack:
+        """Async ``on_outcome``: returns the ack once the outcome is committed."""
+        return await self.writer.asubmit(self._own(outcome).to_event())
 
     def summary(self, max_age_s: float = 5.0) -> dict[str, Any]:
         return experiment_summary(self.store, self.name, max_age_s=max_age_s)
@@ -192,9 +155,37 @@ class ExperimentHooks:
             self.store.close()
 
 
+class HookSet(dict[str, ExperimentHooksProtocol]):
+    """The hooks of several experiments (by name) and the write path they share: ``health()`` reports it,
+    ``close()`` closes every hook, then the shared writer (it flushes into the store), then the store."""
+
+    def __init__(
+        self, hooks: Iterable[ExperimentHooksProtocol], *, writer: BatchWriter | None = None,
+        store: EventStore | None = None,
+    ):  # fmt: skip
+        super().__init__((h.name, h) for h in hooks)
+        self.writer = writer
+        self.store = store
+
+    def health(self) -> dict[str, Any] | None:
+        """State of the shared write path (degraded store, spool use, replay counts); None without a writer."""
+        return None if self.writer is None else self.writer.state()
+
+    def close(self) -> None:
+        for h in self.values():
+            h.close()
+        for part in (self.writer, self.store):
+            if part is None:
+                continue
+            try:
+                part.close()
+            except Exception as exc:
+                log.warning("closing %s failed: %s", type(part).__name__, exc)
+
+
 def open_hooks(
     experiments: str | Path | Iterable[Experiment], store: EventStore | str | Path, **writer_kwargs: Any
-) -> dict[str, ExperimentHooks]:
+) -> HookSet:
     """Hooks for every experiment of a YAML file (or list), sharing one store and one batching writer."""
     exps = (
         list(load_experiments(experiments).values())
@@ -203,38 +194,32 @@ def open_hooks(
     )
     st = store if isinstance(store, EventStore) else EventStore(store)
     writer = BatchWriter(st, **writer_kwargs)
-    return {e.name: ExperimentHooks(e, st, writer=writer) for e in exps}
+    return HookSet((ExperimentHooks(e, st, writer=writer) for e in exps), writer=writer, store=st)
 
 
-def close_hooks(hooks: Mapping[str, ExperimentHooks]) -> None:
-    """Flush and close what ``open_hooks`` opened (shared writers first, then stores)."""
-    writers = {id(h.writer): h.writer for h in hooks.values()}
-    stores = {id(h.store): h.store for h in hooks.values()}
-    for w in writers.values():
-        w.close()
-    for st in stores.values():
-        st.close()
-
-
-def record_outcome(hooks: Mapping[str, ExperimentHooksProtocol], payload: OutcomeIn | dict) -> Future[Ack]:
-    """Route a ``POST /v1/ab/outcomes`` body to its experiment's hooks (``UnknownExperimentError`` → 404)."""
-    body = payload if isinstance(payload, OutcomeIn) else validate_outcome(payload)
+def _route(hooks: Mapping[str, ExperimentHooksProtocol], payload: OutcomeIn | dict[str, Any]) -> tuple[
+    ExperimentHooksProtocol, OutcomeIn
+]:  # fmt: skip
+    body = _outcome(payload)
     h = hooks.get(body.experiment)
     if h is None:
         raise UnknownExperimentError(
             f"experiment: unknown experiment {body.experiment!r} (known: {sorted(hooks)})"
         )
+    return h, body
+
+
+def record_outcome(
+    hooks: Mapping[str, ExperimentHooksProtocol], payload: OutcomeIn | dict[str, Any]
+) -> Future[Ack]:
+    """Route a ``POST /v1/ab/outcomes`` body to its experiment's hooks (``UnknownExperimentError`` → 404)."""
+    h, body = _route(hooks, payload)
     return h.on_outcome(body)
 
 
-async def arecord_outcome(hooks: Mapping[str, ExperimentHooksProtocol], payload: OutcomeIn | dict) -> Ack:
+async def arecord_outcome(hooks: Mapping[str, ExperimentHooksProtocol], payload: OutcomeIn | dict[str, Any]) -> Ack:
     """Async ``record_outcome`` for the FastAPI handler: ``ack = await arecord_outcome(hooks, body)``."""
-    body = payload if isinstance(payload, OutcomeIn) else validate_outcome(payload)
-    h = hooks.get(body.experiment)
-    if h is None:
-        raise UnknownExperimentError(
-            f"experiment: unknown experiment {body.experiment!r} (known: {sorted(hooks)})"
-        )
+    h, body = _route(hooks, payload)
     if isinstance(h, ExperimentHooks):
         return await h.aon_outcome(body)
     return await asyncio.wrap_future(h.on_outcome(body))
@@ -297,15 +282,16 @@ def compact_summary(full: dict[str, Any]) -> dict[str, Any]:
 
 __all__ = [
     "SIMULATED_HEADER",
+    "ArmSettings",
     "Assignment",
-    "EventValidationError",
     "ExperimentHooks",
     "ExperimentHooksProtocol",
+    "HookSet",
     "OutcomeIn",
+    "ResponseRecord",
+    "arecord_outcome",
     "compact_summary",
     "experiment_summary",
-    "arecord_outcome",
-    "close_hooks",
     "open_hooks",
     "record_outcome",
 ]

@@ -10,124 +10,35 @@ content is a conflict (raised, or reported per event).
 from __future__ import annotations
 
 import functools
-import hashlib
 import json
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import (
-    Boolean,
-    Column,
-    Engine,
-    Float,
-    Index,
-    Integer,
-    MetaData,
-    String,
-    Table,
-    Text,
-    create_engine,
-    event,
-    func,
-    select,
-    text,
-)
-from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy import Engine, create_engine, event, func, select, text
 from sqlalchemy.exc import DBAPIError
 
 from livethink.ab_test.errors import ABError, EventConflictError, EventValidationError, UnknownExperimentError
-from livethink.ab_test.events import ExposureEvent, OutcomeEvent, ResponseEvent, parse_event
+from livethink.ab_test.events import parse_event
 from livethink.ab_test.experiment import Experiment, parse_experiment
-
-metadata = MetaData()
-
-events_table = Table(
-    "ab_events",
+from livethink.ab_test.tables import (
+    SCHEMA_LOCK_KEY,
+    Ack,
+    AnyEvent,
+    event_row,
+    events_table,
+    experiments_table,
+    insert_sql,
     metadata,
-    Column("event_id", String(128), primary_key=True),
-    Column("experiment", String(64), nullable=False),
-    Column("kind", String(16), nullable=False),
-    Column("viewer_id", String(256), nullable=False),
-    Column("arm", String(64)),
-    Column("ts", Float, nullable=False),
-    Column("received_at", Float, nullable=False),
-    Column("request_id", String(128)),
-    Column("bucket", Float),
-    Column("hash_version", Integer),
-    Column("latency_ms", Float),
-    Column("ttft_ms", Float),
-    Column("tokens", Integer),
-    Column("deadline_met", Boolean),
-    Column("correct", Boolean),
-    Column("helpful", Boolean),
-    Column("status", String(16)),
-    Column("outcome_type", String(16)),
-    Column("gmv", Float),
-    Column("simulated", Boolean, nullable=False),
-    Column("digest", String(32), nullable=False),
-    Index("ix_ab_events_experiment_kind_ts", "experiment", "kind", "ts"),
+    normalize_url,
+    pg_unnest_sql,
 )
 
-experiments_table = Table(
-    "ab_experiments",
-    metadata,
-    Column("id", Integer, primary_key=True, autoincrement=True),
-    Column("name", String(64), nullable=False, index=True),
-    Column("digest", String(32), nullable=False),
-    Column("config", Text, nullable=False),
-    Column("registered_at", Float, nullable=False),
-)
+__all__ = ["Ack", "AnyEvent", "EventStore", "normalize_url"]
 
-AnyEvent = ExposureEvent | ResponseEvent | OutcomeEvent
-_CONTENT_FIELDS = (
-    "experiment", "kind", "viewer_id", "arm", "ts", "request_id", "bucket", "hash_version", "latency_ms",
-    "ttft_ms", "tokens", "deadline_met", "correct", "helpful", "status", "outcome_type", "gmv", "simulated",
-)  # fmt: skip
-_DIGEST_FIELDS = tuple(k for k in _CONTENT_FIELDS if k != "ts")
 _IN_CHUNK = 500
-SCHEMA_LOCK_KEY = 0x6C74_6162  # pg_advisory_xact_lock key held while the table is created ("ltab")
-
-
-@dataclass(frozen=True)
-class Ack:
-    """Acknowledgement of one event: durably committed now (``stored``) or earlier (``duplicate``), or, while
-    the store is down, fsynced to the writer's local spool for replay (``spooled``)."""
-
-    event_id: str
-    status: Literal["stored", "duplicate", "conflict", "spooled"]
-
-
-def normalize_url(url: str | Path) -> str:
-    """A plain path means a SQLite file; anything with ``://`` is an SQLAlchemy URL."""
-    s = str(url)
-    if "://" in s:
-        return s
-    return f"sqlite:///{Path(s).expanduser().resolve()}"
-
-
-def _row(ev: AnyEvent, received_at: float) -> dict[str, Any]:
-    row: dict[str, Any] = dict.fromkeys(_CONTENT_FIELDS)
-    row.update(
-        event_id=ev.event_id, experiment=ev.experiment, kind=ev.kind, viewer_id=ev.viewer_id, ts=ev.ts,
-        simulated=ev.simulated, received_at=received_at,
-    )  # fmt: skip
-    if isinstance(ev, ExposureEvent):
-        row.update(arm=ev.arm, request_id=ev.request_id, bucket=ev.bucket, hash_version=ev.hash_version)
-    elif isinstance(ev, ResponseEvent):
-        row.update(
-            arm=ev.arm, request_id=ev.request_id, latency_ms=ev.latency_ms, ttft_ms=ev.ttft_ms, tokens=ev.tokens,
-            deadline_met=ev.deadline_met, correct=ev.correct, helpful=ev.helpful, status=ev.status,
-        )  # fmt: skip
-    else:
-        row.update(outcome_type=ev.type, gmv=ev.gmv)
-    # ``ts`` is left out: a retried event (e.g. an outcome timestamped on receipt) is a duplicate, not a conflict
-    blob = repr([row[k] for k in _DIGEST_FIELDS])  # str/int/float/bool/None reprs are stable
-    row["digest"] = hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
-    return row
 
 
 class EventStore:
@@ -309,7 +220,7 @@ class EventStore:
         rows: dict[str, dict[str, Any]] = {}
         status: dict[str, str] = {}
         for ev in parsed:
-            row = _row(ev, now)
+            row = event_row(ev, now)
             seen = rows.get(ev.event_id)
             if seen is None:
                 rows[ev.event_id] = row
@@ -387,28 +298,11 @@ class EventStore:
 
     @functools.cached_property
     def _pg_unnest_sql(self) -> tuple[str, tuple[str, ...]]:
-        pg_types = {String: "varchar", Text: "text", Float: "float8", Integer: "int4", Boolean: "bool"}
-        cols = tuple(c.name for c in events_table.columns)
-        arrays = ", ".join(f"%s::{pg_types[type(c.type)]}[]" for c in events_table.columns)
-        sql = (
-            f"INSERT INTO {events_table.name} ({', '.join(cols)}) SELECT * FROM unnest({arrays}) "
-            "ON CONFLICT (event_id) DO NOTHING RETURNING event_id"
-        )
-        return sql, cols
+        return pg_unnest_sql()
 
     @functools.cached_property
     def _insert_sql(self) -> tuple[str, tuple[str, ...], bool]:
-        """INSERT ... ON CONFLICT DO NOTHING compiled once for this dialect: (sql, param keys, positional)."""
-        if self.dialect == "sqlite":
-            stmt: Any = sqlite.insert(events_table).on_conflict_do_nothing(index_elements=["event_id"])
-        elif self.dialect == "postgresql":
-            stmt = postgresql.insert(events_table).on_conflict_do_nothing(index_elements=["event_id"])
-        else:
-            stmt = events_table.insert()
-        cols = [c.name for c in events_table.columns]
-        compiled = stmt.compile(dialect=self.engine.dialect, column_keys=cols)
-        keys = tuple(compiled.positiontup) if compiled.positional else tuple(cols)
-        return compiled.string, keys, bool(compiled.positional)
+        return insert_sql(self.engine.dialect)
 
     # -- reading ----------------------------------------------------------------------------------------
     def fetch(self, experiment: str, kind: str, columns: Sequence[str]) -> list[tuple]:

@@ -9,8 +9,7 @@ Modules: ``budget`` (pure math), ``controller`` (estimates, queue, admission), `
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from livethink.lazy_exports import lazy_getattr
 
 _EXPORTS = {
     "create_app": "app",
@@ -30,10 +29,4 @@ _EXPORTS = {
     "ABTestHooks": "hooks",
 }
 __all__ = sorted(_EXPORTS)
-
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'livethink.serve' has no attribute {name!r}")
-    return getattr(importlib.import_module(f"livethink.serve.{module}"), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -1,10 +1,12 @@
 """A/B hooks on the request path: what the server needs from an experimentation system.
 
 ``ServeHooks`` is the interface (a platform may plug in its own): ``assign(viewer_id) -> ArmChoice`` (arm,
-model variant, budget overrides), ``on_exposure``, ``on_response``, ``on_outcome``, ``summary``.
+model variant, budget overrides), ``on_exposure``, ``on_response``, ``on_outcome``, ``summary``, ``arms``,
+``health``, ``close``; what a client should see as an error is raised as ``APIError``.
 ``NoExperiment`` is the default (everyone gets the default model, nothing is logged). ``ABTestHooks`` adapts
-``livethink.ab_test`` (``ExperimentHooks`` per experiment of a YAML file, one event store); a viewer is in
-at most one experiment of a file (namespaces make them disjoint), the first that takes them wins.
+``livethink.ab_test`` (a ``HookSet`` of ``ExperimentHooksProtocol``, one per experiment of a YAML file, sharing
+one event store); a viewer is in at most one experiment of a file (namespaces make them disjoint), the first
+that takes them wins. ``client_errors`` is the one place where A/B errors become HTTP answers.
 Logging never blocks a reply: the ``on_*`` futures resolve after the store commits, failures are counted.
 With a spool (``ExperimentConfig.spool_dir``) every event is written ahead to local disk before ``on_*`` returns,
 so an exposure logged before a reply survives a ``kill -9`` of the server; ``health()`` and
@@ -13,57 +15,65 @@ so an exposure logged before a reply survives a ``kill -9`` of the server; ``hea
 
 from __future__ import annotations
 
-import asyncio
+import contextlib
+import dataclasses
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from livethink.ab_test.errors import (
+    EventConflictError,
+    EventValidationError,
+    SpoolFullError,
+    UnknownArmError,
+    UnknownExperimentError,
+)
+from livethink.ab_test.serving import ArmSettings, ResponseRecord
+from livethink.serve.errors import APIError
+
+if TYPE_CHECKING:
+    from prometheus_client.metrics_core import Metric
+
+    from livethink.ab_test.assignment import Assignment
+    from livethink.ab_test.events import OutcomeIn
+    from livethink.ab_test.hooks import HookSet
+    from livethink.ab_test.store import Ack
 
 log = logging.getLogger(__name__)
 
 
-class UnknownArmError(LookupError):
-    """A forced arm that no experiment has."""
-
-
-class NotFoundError(LookupError):
-    """Unknown experiment (→ 404)."""
-
-
-class ConflictError(ValueError):
-    """An outcome event id reused for different content (→ 409)."""
-
-
-class PayloadError(ValueError):
-    """A malformed outcome payload (→ 400)."""
-
-
-class UnavailableError(RuntimeError):
-    """The event could not be recorded now (store down and spool full) (→ 503)."""
+@contextlib.contextmanager
+def client_errors(experiment_param: str = "experiment") -> Iterator[None]:
+    """The one place where A/B errors become the client's ``APIError``: 404 for an unknown arm or experiment
+    (``experiment_param`` names the field that named it), 409 for a reused event id, 400 for a malformed
+    outcome, 503 while the store is down and the spool is full."""
+    try:
+        yield
+    except UnknownArmError as exc:
+        raise APIError(404, str(exc), "not_found_error", "arm", "arm_not_found") from None
+    except UnknownExperimentError as exc:
+        raise APIError(404, str(exc), "not_found_error", experiment_param) from None
+    except EventConflictError as exc:
+        raise APIError(409, str(exc), "conflict_error", "event_id") from None
+    except EventValidationError as exc:
+        raise APIError(400, str(exc), "invalid_request_error", str(exc).split(":", 1)[0] or None) from None
+    except SpoolFullError as exc:
+        raise APIError(503, str(exc), "unavailable_error") from None
 
 
 @dataclass(frozen=True)
-class ArmChoice:
-    """Which arm serves a request and what it changes (None = server default)."""
+class ArmChoice(ArmSettings):
+    """Which arm serves a request and what it changes (all None = the server's default, no experiment)."""
 
-    experiment: str | None = None
-    arm: str | None = None
-    variant: str | None = None
-    deadline_ms: int | None = None
-    thinking_budget: int | None = None
-    reply_reserve: int | None = None
-    max_tokens: int | None = None
     forced: bool = False  # chosen by the request (QA), not by assignment: no exposure is logged
-    assignment: Any = None  # the experimentation system's own record, handed back to on_exposure
+    assignment: Assignment | None = None  # the experiment's own record, handed back to on_exposure
 
-
-@dataclass(frozen=True)
-class ResponseRecord:
-    latency_ms: float
-    ttft_ms: float | None
-    tokens: int
-    deadline_met: bool
-    status: str  # ok | rejected | error
+    @classmethod
+    def of(cls, settings: ArmSettings, assignment: Assignment | None) -> ArmChoice:
+        """The choice of an assigned viewer, or of a request that forced the arm (no ``assignment``)."""
+        return cls(**dataclasses.asdict(settings), forced=assignment is None, assignment=assignment)
 
 
 @runtime_checkable
@@ -75,19 +85,16 @@ class ServeHooks(Protocol):
     ) -> None: ...
 
     def on_response(
-        self,
-        viewer_id: str,
-        choice: ArmChoice,
-        request_id: str,
-        record: ResponseRecord,
-        simulated: bool = False,
+        self, viewer_id: str, choice: ArmChoice, request_id: str, record: ResponseRecord, simulated: bool = False
     ) -> None: ...
 
-    async def on_outcome(self, payload: Any) -> dict[str, Any]: ...
+    async def on_outcome(self, payload: OutcomeIn | dict[str, Any]) -> dict[str, str]: ...
 
     def summary(self, name: str) -> dict[str, Any]: ...
 
     def arms(self) -> dict[str, list[str]]: ...
+
+    def health(self) -> dict[str, Any] | None: ...
 
     def close(self) -> None: ...
 
@@ -97,7 +104,8 @@ class NoExperiment:
 
     def assign(self, viewer_id: str | None, forced_arm: str | None = None) -> ArmChoice:
         if forced_arm is not None:
-            raise UnknownArmError(f"arm: no experiment is configured, so arm {forced_arm!r} does not exist")
+            with client_errors():
+                raise UnknownArmError(f"arm: no experiment is configured, so arm {forced_arm!r} does not exist")
         return ArmChoice()
 
     def on_exposure(
@@ -106,34 +114,34 @@ class NoExperiment:
         return None
 
     def on_response(
-        self,
-        viewer_id: str,
-        choice: ArmChoice,
-        request_id: str,
-        record: ResponseRecord,
-        simulated: bool = False,
+        self, viewer_id: str, choice: ArmChoice, request_id: str, record: ResponseRecord, simulated: bool = False
     ) -> None:
         return None
 
-    async def on_outcome(self, payload: Any) -> dict[str, Any]:
-        raise NotFoundError("experiment: no experiment is configured on this server")
+    async def on_outcome(self, payload: OutcomeIn | dict[str, Any]) -> dict[str, str]:
+        with client_errors():
+            raise UnknownExperimentError("experiment: no experiment is configured on this server")
 
     def summary(self, name: str) -> dict[str, Any]:
-        raise NotFoundError(f"experiment: unknown experiment {name!r} (no experiment is configured)")
+        with client_errors("name"):
+            raise UnknownExperimentError(f"experiment: unknown experiment {name!r} (no experiment is configured)")
 
     def arms(self) -> dict[str, list[str]]:
         return {}
+
+    def health(self) -> dict[str, Any] | None:
+        return None
 
     def close(self) -> None:
         return None
 
 
 class ABTestHooks:
-    """``ServeHooks`` over ``livethink.ab_test`` hooks (``ExperimentHooksProtocol`` per experiment)."""
+    """``ServeHooks`` over ``livethink.ab_test``: the ``HookSet`` of a file's experiments."""
 
-    def __init__(self, hooks: Mapping[str, Any], on_error: Any = None):
-        self.hooks = dict(hooks)
-        self._on_error = on_error  # callable(kind) counting logging failures
+    def __init__(self, experiments: HookSet, on_error: Callable[[str], None] | None = None):
+        self.experiments = experiments
+        self._on_error = on_error  # counts logging failures by kind
 
     @classmethod
     def open(
@@ -141,7 +149,7 @@ class ABTestHooks:
         experiments_file: str,
         store: str,
         known_variants: set[str] | None = None,
-        on_error: Any = None,
+        on_error: Callable[[str], None] | None = None,
         spool_dir: str | None = None,
         spool_max_mb: float = 256.0,
     ) -> ABTestHooks:
@@ -155,47 +163,27 @@ class ABTestHooks:
 
     def health(self) -> dict[str, Any] | None:
         """State of the event write path (one writer is shared by all experiments): degraded, spool use."""
-        writers = {id(w): w for h in self.hooks.values() if (w := getattr(h, "writer", None)) is not None}
-        states = [w.state() for w in writers.values() if hasattr(w, "state")]
-        return states[0] if len(states) == 1 else ({"writers": states} if states else None)
-
-    def _choice(self, name: str, h: Any, arm: str, assignment: Any, forced: bool) -> ArmChoice:
-        settings = h.arm_settings(arm)
-        budget = getattr(settings, "budget", None)
-        return ArmChoice(
-            experiment=name,
-            arm=arm,
-            variant=getattr(settings, "variant", None),
-            deadline_ms=getattr(budget, "deadline_ms", None),
-            thinking_budget=getattr(budget, "thinking_budget", None),
-            reply_reserve=getattr(budget, "reply_reserve", None),
-            max_tokens=getattr(budget, "max_tokens", None),
-            forced=forced,
-            assignment=assignment,
-        )
+        return self.experiments.health()
 
     def assign(self, viewer_id: str | None, forced_arm: str | None = None) -> ArmChoice:
         if forced_arm is not None:
-            for name, h in self.hooks.items():
-                try:
-                    h.arm_settings(forced_arm)
-                except KeyError:
-                    continue
-                return self._choice(name, h, forced_arm, None, True)
-            raise UnknownArmError(f"arm: unknown arm {forced_arm!r} (arms: {self.arms()})")
+            with client_errors():
+                return self._forced(forced_arm)
         if not viewer_id:
             return ArmChoice()
-        for name, h in self.hooks.items():
+        for h in self.experiments.values():
             a = h.assign(viewer_id)
             if a.in_experiment and a.arm is not None:
-                return self._choice(name, h, a.arm, a, False)
+                return ArmChoice.of(h.arm_settings(a.arm), a)
         return ArmChoice()
 
-    def _failed(self, kind: str) -> None:
-        if self._on_error is not None:
-            self._on_error(kind)
+    def _forced(self, arm: str) -> ArmChoice:
+        for h in self.experiments.values():
+            if arm in h.arm_names():
+                return ArmChoice.of(h.arm_settings(arm), None)
+        raise UnknownArmError(f"arm: unknown arm {arm!r} (arms: {self.arms()})")
 
-    def _log_event(self, kind: str, send: Callable[[], Any]) -> None:
+    def _log_event(self, kind: str, send: Callable[[], Future[Ack] | None]) -> None:
         """``send()`` hands one event to the store (a future, or None); a failure, now or when the future
         resolves, is logged and counted, never raised: logging must never fail a reply."""
         try:
@@ -207,7 +195,7 @@ class ABTestHooks:
         if fut is None:
             return
 
-        def done(f: Any) -> None:
+        def done(f: Future[Ack]) -> None:
             exc = f.exception()
             if exc is not None:
                 log.warning("A/B %s event not stored: %s", kind, exc)
@@ -215,110 +203,66 @@ class ABTestHooks:
 
         fut.add_done_callback(done)
 
+    def _failed(self, kind: str) -> None:
+        if self._on_error is not None:
+            self._on_error(kind)
+
     def on_exposure(
         self, viewer_id: str, choice: ArmChoice, request_id: str, simulated: bool = False
     ) -> None:
         if choice.experiment is None or choice.forced or choice.assignment is None:
             return
+        h, assignment = self.experiments[choice.experiment], choice.assignment
         self._log_event(
             "exposure",
-            lambda: self.hooks[choice.experiment].on_exposure(
-                viewer_id, choice.assignment, request_id=request_id, simulated=simulated
-            ),
+            lambda: h.on_exposure(viewer_id, assignment, request_id=request_id, simulated=simulated),
         )
 
     def on_response(
-        self,
-        viewer_id: str,
-        choice: ArmChoice,
-        request_id: str,
-        record: ResponseRecord,
-        simulated: bool = False,
+        self, viewer_id: str, choice: ArmChoice, request_id: str, record: ResponseRecord, simulated: bool = False
     ) -> None:
         if choice.experiment is None or choice.forced:
             return
+        h = self.experiments[choice.experiment]
         self._log_event(
             "response",
-            lambda: self.hooks[choice.experiment].on_response(
-                viewer_id,
-                choice.arm,
-                request_id=request_id,
-                latency_ms=record.latency_ms,
-                ttft_ms=record.ttft_ms,
-                tokens=record.tokens,
-                deadline_met=record.deadline_met,
-                status=record.status,
-                simulated=simulated,
-            ),
+            lambda: h.on_response(viewer_id, choice.arm, record, request_id=request_id, simulated=simulated),
         )
 
-    async def on_outcome(self, payload: Any) -> dict[str, Any]:
-        from livethink.ab_test.errors import (
-            EventConflictError,
-            EventValidationError,
-            SpoolFullError,
-            UnknownExperimentError,
-        )
-        from livethink.ab_test.hooks import record_outcome
+    async def on_outcome(self, payload: OutcomeIn | dict[str, Any]) -> dict[str, str]:
+        from livethink.ab_test.hooks import arecord_outcome
 
-        try:
-            ack = await asyncio.wrap_future(record_outcome(self.hooks, payload))
-        except SpoolFullError as exc:
-            raise UnavailableError(str(exc)) from None
-        except UnknownExperimentError as exc:
-            raise NotFoundError(str(exc)) from None
-        except EventConflictError as exc:
-            raise ConflictError(str(exc)) from None
-        except EventValidationError as exc:
-            raise PayloadError(str(exc)) from None
+        with client_errors():
+            ack = await arecord_outcome(self.experiments, payload)
         return {"event_id": ack.event_id, "status": ack.status}
 
     def summary(self, name: str) -> dict[str, Any]:
-        from livethink.ab_test.errors import UnknownExperimentError
-
-        h = self.hooks.get(name)
-        if h is None or not hasattr(h, "summary"):
-            raise NotFoundError(f"experiment: unknown experiment {name!r} (known: {sorted(self.hooks)})")
-        try:
+        with client_errors("name"):
+            h = self.experiments.get(name)
+            if h is None:
+                raise UnknownExperimentError(
+                    f"experiment: unknown experiment {name!r} (known: {sorted(self.experiments)})"
+                )
             return h.summary()
-        except UnknownExperimentError as exc:
-            raise NotFoundError(str(exc)) from None
 
     def arms(self) -> dict[str, list[str]]:
-        out = {}
-        for name, h in self.hooks.items():
-            exp = getattr(h, "experiment", None)
-            out[name] = [a.name for a in exp.arms] if exp is not None else []
-        return out
+        return {name: list(h.arm_names()) for name, h in self.experiments.items()}
 
     def close(self) -> None:
-        """Close every hook, then the writers and stores they share (``open_hooks`` shares one of each)."""
-        shared: list[Any] = []
-        for h in self.hooks.values():
-            close = getattr(h, "close", None)
-            if close is not None:
-                close()
-            for attr in ("writer", "store"):
-                obj = getattr(h, attr, None)
-                if obj is not None and all(obj is not o for o in shared):
-                    shared.append(obj)
-        for obj in shared:  # writers first (they flush into the stores)
-            try:
-                obj.close()
-            except Exception as exc:
-                log.warning("closing %s failed: %s", type(obj).__name__, exc)
+        """Close every experiment's hooks, then the writer and store they share."""
+        self.experiments.close()
 
 
 class SpoolCollector:
     """Prometheus collector of ``hooks.health()`` (read at scrape time): register it on the server's registry."""
 
-    def __init__(self, hooks: Any):
+    def __init__(self, hooks: ServeHooks):
         self.hooks = hooks
 
-    def collect(self) -> Any:
+    def collect(self) -> Iterator[Metric]:
         from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 
-        state = getattr(self.hooks, "health", lambda: None)()
+        state = self.hooks.health()
         if not state or "writers" in state:
             return
         spool = state.get("spool") or {}

@@ -30,7 +30,7 @@ from livethink.serve.engines.base import Engine, GenerationRequest, SamplingOpti
 from livethink.serve.errors import APIError, bad_request, overloaded
 from livethink.serve.estimates import stream_timing
 from livethink.serve.generation import Done, End, Piece, Progress, Result, produce
-from livethink.serve.hooks import ArmChoice, NoExperiment, ResponseRecord, ServeHooks, UnknownArmError
+from livethink.serve.hooks import ArmChoice, NoExperiment, ResponseRecord, ServeHooks
 from livethink.serve.metrics import ServeMetrics, arm_label
 from livethink.serve.probes import PROBE_MESSAGES, IdleProber, ProbeTiming, probe_once
 from livethink.serve.protocol import ChatCompletionRequest, LivestreamReplyRequest
@@ -141,10 +141,7 @@ class Service:
 
     # -- building jobs ----------------------------------------------------------------------------------
     def _choose(self, viewer_id: str | None, forced_arm: str | None) -> ArmChoice:
-        try:
-            return self.hooks.assign(viewer_id, forced_arm)
-        except UnknownArmError as exc:
-            raise APIError(404, str(exc), "not_found_error", "arm", "arm_not_found") from None
+        return self.hooks.assign(viewer_id, forced_arm)
 
     def _check_model(self, model: str, param: str = "model") -> str:
         if model not in self.engine_keys:

@@ -13,19 +13,18 @@ import pytest
 from fastapi import FastAPI, HTTPException, Request
 
 from livethink.ab_test.assignment import Assigner
-from livethink.ab_test.errors import EventConflictError, UnknownExperimentError
+from livethink.ab_test.errors import EventConflictError, UnknownArmError, UnknownExperimentError
 from livethink.ab_test.events import OutcomeIn
 from livethink.ab_test.experiment import parse_experiment
 from livethink.ab_test.hooks import (
-    SIMULATED_HEADER,
     ExperimentHooks,
-    ExperimentHooksProtocol,
+    HookSet,
     arecord_outcome,
-    close_hooks,
     experiment_summary,
     open_hooks,
     record_outcome,
 )
+from livethink.ab_test.serving import SIMULATED_HEADER, ArmSettings, ExperimentHooksProtocol, ResponseRecord
 from livethink.ab_test.simulate import BUILTIN_TASKS, check_loopback, judge_reply, load_tasks, simulate_http
 from livethink.ab_test.store import EventStore
 
@@ -41,7 +40,7 @@ EXP = parse_experiment(
 )
 
 
-def make_app(hooks: dict[str, ExperimentHooks], store: EventStore) -> FastAPI:
+def make_app(hooks: HookSet, store: EventStore) -> FastAPI:
     """What livethink.serve does with the hooks (a fake engine replies instantly)."""
     app = FastAPI()
     h = hooks["live1"]
@@ -52,12 +51,11 @@ def make_app(hooks: dict[str, ExperimentHooks], store: EventStore) -> FastAPI:
         a = h.assign(body["viewer_id"])
         rid = uuid.uuid4().hex
         h.on_exposure(body["viewer_id"], a, request_id=rid, simulated=sim)
-        settings = h.arm_settings(a.arm)
-        fast = settings is not None and settings.variant == "drpo"
+        fast = a.arm is not None and h.arm_settings(a.arm).variant == "drpo"
         latency = 250.0 if fast else 950.0
         text = "It ships in 2 days. Free returns within 30 days." if fast else "Shipping takes 3 days."
-        fut = h.on_response(body["viewer_id"], a.arm, request_id=rid, latency_ms=latency, tokens=40,
-                            deadline_met=True, simulated=sim)  # fmt: skip
+        record = ResponseRecord(latency_ms=latency, tokens=40, deadline_met=True)
+        fut = h.on_response(body["viewer_id"], a.arm, record, request_id=rid, simulated=sim)
         if fut is not None:
             await asyncio.wrap_future(fut)
         return {"request_id": rid, "arm": a.arm, "reply": text, "timings": {"e2e_ms": latency},
@@ -88,7 +86,7 @@ def served(tmp_path: Path):
     store = EventStore(tmp_path / "live.db")
     hooks = open_hooks([EXP], store)
     yield make_app(hooks, store), store, hooks
-    close_hooks(hooks)
+    hooks.close()
 
 
 def _client(app: FastAPI) -> httpx.AsyncClient:
@@ -101,7 +99,12 @@ def test_hooks_satisfy_protocol(served) -> None:
     assert isinstance(h, ExperimentHooksProtocol)
     a = h.assign("viewer-1")
     assert a == Assigner(EXP)("viewer-1") and a.in_experiment
-    assert h.arm_settings(None) is None
+    assert h.arm_names() == ("rft", "drpo")
+    assert h.arm_settings("drpo") == ArmSettings("live1", "drpo", "drpo", thinking_budget=64)
+    assert h.arm_settings("rft") == ArmSettings("live1", "rft", "rft")
+    with pytest.raises(UnknownArmError, match="arm: unknown arm 'zzz'") as err:
+        h.arm_settings("zzz")
+    assert isinstance(err.value, KeyError)  # what a lookup by name raises
 
 
 def test_schedule_gates_assignment(tmp_path: Path) -> None:

@@ -1,0 +1,93 @@
+"""The contract between the server and the A/B package: what serving reads from an arm, what it records about
+a reply, the per-experiment hooks it calls and the header that marks simulated traffic.
+
+``livethink.serve.hooks`` programs against these types only; a platform can plug in its own experimentation
+system by implementing ``ExperimentHooksProtocol``. Errors the hooks raise are ``livethink.ab_test.errors``
+(the server turns them into HTTP answers in one place).
+"""
+
+from __future__ import annotations
+
+from concurrent.futures import Future
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+if TYPE_CHECKING:
+    from livethink.ab_test.assignment import Assignment
+    from livethink.ab_test.events import OutcomeIn
+    from livethink.ab_test.experiment import Arm
+    from livethink.ab_test.store import Ack
+
+SIMULATED_HEADER = "X-Livethink-Simulated"  # "1" on requests of the traffic simulator (their events are labelled)
+
+
+@dataclass(frozen=True)
+class ArmSettings:
+    """What serving needs from an arm: the model variant it serves and its budget overrides. None is the
+    server's default; ``ArmSettings()`` is a request outside every experiment."""
+
+    experiment: str | None = None
+    arm: str | None = None
+    variant: str | None = None
+    deadline_ms: int | None = None
+    thinking_budget: int | None = None
+    reply_reserve: int | None = None
+    max_tokens: int | None = None
+
+    @classmethod
+    def of(cls, experiment: str, arm: Arm) -> ArmSettings:
+        """The settings of one configured arm of ``experiment``."""
+        b = arm.budget
+        if b is None:
+            return cls(experiment, arm.name, arm.variant)
+        return cls(experiment, arm.name, arm.variant, b.deadline_ms, b.thinking_budget, b.reply_reserve,
+                   b.max_tokens)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class ResponseRecord:
+    """What the server measured of one reply (``status``: ok, rejected or error); stored as a response event."""
+
+    latency_ms: float
+    ttft_ms: float | None = None
+    tokens: int | None = None
+    deadline_met: bool | None = None
+    status: str = "ok"
+    correct: bool | None = None
+    helpful: bool | None = None
+
+
+@runtime_checkable
+class ExperimentHooksProtocol(Protocol):
+    """One experiment as the server sees it. ``on_*`` return a future that resolves once the event is durably
+    recorded (None when nothing is logged); failures surface through the future, never as a failed reply."""
+
+    name: str
+
+    def assign(self, viewer_id: str) -> Assignment:
+        """The viewer's sticky arm (``in_experiment`` False outside coverage, namespace or schedule)."""
+        ...
+
+    def arm_names(self) -> tuple[str, ...]: ...
+
+    def arm_settings(self, arm: str) -> ArmSettings:
+        """The arm's settings; ``UnknownArmError`` for an arm the experiment lacks."""
+        ...
+
+    def on_exposure(
+        self, viewer_id: str, assignment: Assignment, *, request_id: str | None = None, ts: float | None = None,
+        simulated: bool = False,
+    ) -> Future[Ack] | None: ...  # fmt: skip
+
+    def on_response(
+        self, viewer_id: str, arm: str | None, record: ResponseRecord, *, request_id: str | None = None,
+        ts: float | None = None, simulated: bool = False,
+    ) -> Future[Ack] | None: ...  # fmt: skip
+
+    def on_outcome(self, outcome: OutcomeIn | dict[str, Any]) -> Future[Ack]: ...
+
+    def summary(self) -> dict[str, Any]:
+        """The live summary (``GET /v1/ab/experiments/{name}``)."""
+        ...
+
+    def close(self) -> None: ...
