@@ -15,7 +15,6 @@ See docs/replicas.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import signal
@@ -31,7 +30,7 @@ import yaml
 
 from livethink.cli_args import FlagParser, key_value
 from livethink.serve.config import ConfigError, ServeConfig, load_config
-from livethink.serve.dry_run import dry_run
+from livethink.serve.dry_run import dry_run, print_report
 from livethink.server_process import LOOPBACK, ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -231,14 +230,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"livethink replicas: invalid config: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
-        report = dry_run_replicas(config, args)
-        print(json.dumps(report, indent=2, default=str))
-        for line in report["problems"]:
-            print(f"livethink replicas: {line}", file=sys.stderr)
-        if report["ok"] and not report["starts_here"]:
-            print("livethink replicas: the config is valid; start-up on this machine would stop at: "
-                  + "; ".join(report["missing_here"]), file=sys.stderr)  # fmt: skip
-        return 0 if report["ok"] else 1
+        return print_report(dry_run_replicas(config, args), "livethink replicas")
     workdir = Path(args.workdir).resolve()
 
     def _stop(signum: int, _frame: Any) -> None:

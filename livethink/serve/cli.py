@@ -14,7 +14,6 @@ vLLM spawns its engine process, so this module is the ``__main__`` of the server
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import sys
@@ -60,16 +59,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"livethink serve: invalid config: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
-        from livethink.serve.dry_run import dry_run
+        from livethink.serve.dry_run import dry_run, print_report
 
-        report = dry_run(config)
-        print(json.dumps(report, indent=2, default=str))
-        for line in report["problems"]:
-            print(f"livethink serve: {line}", file=sys.stderr)
-        if report["ok"] and not report["starts_here"]:
-            print("livethink serve: the config is valid; start-up on this machine would stop at: "
-                  + "; ".join(report["missing_here"]), file=sys.stderr)  # fmt: skip
-        return 0 if report["ok"] else 1
+        return print_report(dry_run(config), "livethink serve")
 
     import uvicorn
 

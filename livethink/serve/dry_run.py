@@ -11,7 +11,9 @@ that training writes, so they are ``ok`` everywhere and ``starts_here`` only whe
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
+import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
@@ -113,8 +115,10 @@ def _check_experiments(config: ServeConfig, found: _Findings) -> dict[str, Any]:
         found.problems.append(f"experiment.store: unsupported URL scheme {scheme!r} (sqlite or postgresql)")
     elif scheme == "postgresql" and importlib.util.find_spec("psycopg") is None:
         found.missing.append("experiment.store: the psycopg driver is not installed here")
-    elif scheme == "sqlite" and "://" in exp.store:
-        _check_writable_dir(Path(urlparse(exp.store).path.removeprefix("/")).parent, "experiment.store", found)
+    elif scheme == "sqlite":  # a URL (sqlite:///relative, sqlite:////absolute) or a bare file path
+        db = urlparse(exp.store).path.removeprefix("/") if "://" in exp.store else exp.store
+        if db and db != ":memory:":
+            _check_writable_dir(Path(db).parent, "experiment.store", found)
     if exp.spool_dir is not None:
         _check_writable_dir(Path(exp.spool_dir), "experiment.spool_dir", found)
     try:
@@ -153,6 +157,17 @@ def _thinking_floors(config: ServeConfig, models: dict[str, Any], found: _Findin
         except ValueError as exc:  # a calibration file that does not parse
             found.problems.append(f"models.{name}: {exc}")
     return below_floor_report(config, floors)
+
+
+def print_report(report: dict[str, Any], prog: str) -> int:
+    """Print ``report`` (JSON on stdout; problems, and what this machine lacks, on stderr); the exit code."""
+    print(json.dumps(report, indent=2, default=str))
+    for line in report["problems"]:
+        print(f"{prog}: {line}", file=sys.stderr)
+    if report["ok"] and not report["starts_here"]:
+        print(f"{prog}: the config is valid; start-up on this machine would stop at: "
+              + "; ".join(report["missing_here"]), file=sys.stderr)  # fmt: skip
+    return 0 if report["ok"] else 1
 
 
 def safe_url(url: str) -> str:
