@@ -22,7 +22,8 @@ from livethink.serve.budget import (
     time_needed,
     token_capacity,
 )
-from livethink.serve.config import ConfigError, dry_run, load_config, parse_config
+from livethink.serve.config import ConfigError, load_config, parse_config
+from livethink.serve.dry_run import dry_run
 from livethink.serve.controller import (
     BudgetController,
     EngineEstimator,
