@@ -23,7 +23,6 @@ from livethink.serve.budget import (
     token_capacity,
 )
 from livethink.serve.config import ConfigError, load_config, parse_config
-from livethink.serve.dry_run import dry_run
 from livethink.serve.controller import (
     BudgetController,
     EngineEstimator,
@@ -33,6 +32,7 @@ from livethink.serve.controller import (
     queue_wait,
     tail_factor,
 )
+from livethink.serve.dry_run import dry_run
 from livethink.serve.errors import overloaded, validation_error
 from livethink.serve.estimates import (
     CurveSettings,
