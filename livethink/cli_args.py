@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -20,8 +21,7 @@ class FlagParser(argparse.ArgumentParser):
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
-        if args is not None:
-            args = self._dashed(list(args))
+        args = self._dashed(list(sys.argv[1:] if args is None else args))
         return super().parse_known_args(args, namespace)
 
     def _dashed(self, args: list[str]) -> list[str]:
@@ -37,13 +37,6 @@ class FlagParser(argparse.ArgumentParser):
                     token = dashed + eq + value
             out.append(token)
         return out
-
-    def parse_args(  # type: ignore[override]
-        self, args: Sequence[str] | None = None, namespace: argparse.Namespace | None = None
-    ) -> argparse.Namespace:
-        import sys
-
-        return super().parse_args(sys.argv[1:] if args is None else args, namespace)
 
 
 def key_value(item: str) -> tuple[str, Any]:
