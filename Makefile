@@ -56,14 +56,19 @@ haproxy:
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; }
 
 # A local replica set: REPLICAS serve processes behind HAProxy on PORT, sharing a throwaway PostgreSQL A/B store
-# (or STORE=postgresql+psycopg://user@host/db). See docs/replicas.md.
+# (or STORE=postgresql+psycopg://user@host/db). SERVE_CONFIG serves RFT (models.rft); the experiment's other arm,
+# drpo, is the DRPO student at DRPO (both as `make demo` trains them; DRPO= keeps the config's own models.drpo).
+# REPLICA_ARGS goes to `python -m livethink.replicas` as is, e.g. REPLICA_ARGS=--dry-run (check, start nothing)
+# or REPLICA_ARGS='--set budget.deadline_ms=800 --workdir /tmp/replicas'. See docs/replicas.md.
 REPLICAS ?= 2
 PORT     ?= 8000
 SERVE_CONFIG ?= configs/tiny/serve.yaml
 EXPERIMENTS  ?= configs/ab/drpo_vs_rft.yaml
+DRPO         ?= runs/tiny/grpo/drpo_budget/final
 replicas: install postgres haproxy
 	$(PY) -m livethink.replicas --config $(SERVE_CONFIG) --replicas $(REPLICAS) --port $(PORT) \
-	  --experiments $(EXPERIMENTS) $(if $(STORE),--store $(STORE),) $(REPLICA_ARGS)
+	  --experiments $(EXPERIMENTS) $(if $(DRPO),--set 'models.drpo={path: $(DRPO)}',) $(if $(STORE),--store $(STORE),) \
+	  $(REPLICA_ARGS)
 
 demo: install
 	$(PY) -m livethink.demo_job $(if $(filter 1,$(QUICK)),--quick,) $(DEMO_ARGS)

@@ -9,7 +9,6 @@ settings. Each step runs in a child process; Ctrl-C stops every process the job 
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import signal
@@ -20,6 +19,8 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+
+from livethink.cli_args import FlagParser
 
 ROOT = Path(__file__).resolve().parent.parent
 THINKING_CAPS = "0,32,64,96,128,192"  # the thinking caps each student is calibrated at (validation split)
@@ -263,10 +264,12 @@ def serve_and_show(settings: Settings, env: dict[str, str], port: int, ui_port: 
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="livethink demo", description=__doc__)
+    parser = FlagParser(prog="livethink demo", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="small settings (a few minutes)")
     parser.add_argument("--workdir", default=str(ROOT), help="where artifacts/ and runs/ go")
-    parser.add_argument("--only", nargs="*", help="run only these batch steps (data, rft, compress, eval, calibrate)")
+    steps = [step.name for step in STEPS]
+    parser.add_argument("--only", nargs="+", choices=steps, metavar="STEP",
+                        help=f"run only these batch steps, of: {', '.join(steps)}")  # fmt: skip
     parser.add_argument("--no-serve", action="store_true", help="stop after the batch steps")
     parser.add_argument("--no-hold", action="store_true", help="start the server and app, check them, then exit")
     parser.add_argument("--port", type=int, default=8000, help="server port")

@@ -73,11 +73,11 @@ def serve_report(config_path: str) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    import argparse
-
     import torch
 
-    parser = argparse.ArgumentParser(prog="livethink doctor", description=__doc__)
+    from livethink.cli_args import FlagParser
+
+    parser = FlagParser(prog="livethink doctor", description=__doc__)
     parser.add_argument("--config", help="a serve config: report its engine choice and the models' reasoning formats")
     args = parser.parse_args(argv)
 
@@ -96,13 +96,14 @@ def main(argv: list[str] | None = None) -> int:
     print(f"engine      {engine_choice()} (serving default)")
     offline = os.environ.get("HF_HUB_OFFLINE", "0")
     print(f"hf offline  HF_HUB_OFFLINE={offline}")
-    if args.config:
-        try:
-            for line in serve_report(args.config):
-                print(line)
-        except ValueError as exc:
-            print(f"livethink doctor: invalid config: {exc}", file=sys.stderr)
-            return 2
+    if not args.config:
+        return 0
+    try:
+        lines = serve_report(args.config)
+    except ValueError as exc:
+        print(f"livethink doctor: invalid config: {exc}", file=sys.stderr)
+        return 2
+    print("\n".join(lines))
     return 0
 
 

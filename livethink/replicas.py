@@ -1,7 +1,7 @@
 """A local replica set: N ``livethink serve`` processes behind HAProxy, sharing one A/B event store.
 
     python -m livethink.replicas --config configs/tiny/serve.yaml --replicas 2 --port 8000 \
-        --experiments configs/ab/drpo_vs_rft.yaml [--store postgresql+psycopg://user@host/db]
+        --experiments configs/ab/drpo_vs_rft.yaml [--store postgresql+psycopg://user@host/db] [--dry-run]
 
 Without ``--store`` a throwaway PostgreSQL cluster is started under ``--workdir`` (``initdb`` + ``pg_ctl`` on a
 free loopback port; Debian's ``postgresql`` package). Each replica gets its own loopback port and log under
@@ -28,6 +28,9 @@ from typing import Any
 import httpx
 import yaml
 
+from livethink.cli_args import FlagParser, key_value
+from livethink.serve.config import ConfigError, ServeConfig, load_config
+from livethink.serve.dry_run import dry_run, print_report
 from livethink.server_process import LOOPBACK, ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -166,34 +169,68 @@ class _LazyServer(ServerProcess):
         self.startup_s = time.monotonic() - self._t0
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m livethink.replicas", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
+def _parser() -> FlagParser:
+    ap = FlagParser(prog="python -m livethink.replicas", description=__doc__,
+                    formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
     ap.add_argument("--config", required=True, help="serve YAML (e.g. configs/tiny/serve.yaml)")
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--port", type=int, default=8000, help="HAProxy's port on 127.0.0.1")
     ap.add_argument("--experiments", help="A/B experiments YAML (default: the config's experiment.file)")
     ap.add_argument("--store", help="shared A/B store URL (default: a throwaway local PostgreSQL cluster)")
     ap.add_argument("--workdir", default="runs/replicas", help="logs, spool, rendered configs, the cluster")
-    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field")
+    ap.add_argument("--set", action="append", default=[], type=key_value, metavar="KEY=VALUE",
+                    help="override a serve config field (dotted key, YAML value; repeatable)")  # fmt: skip
+    ap.add_argument("--dry-run", action="store_true", help="check the replica set's config and tools, print a "
+                    "JSON report (the serve --dry-run's, plus haproxy and PostgreSQL) and exit")  # fmt: skip
+    return ap
+
+
+def replica_config(args: argparse.Namespace) -> ServeConfig:
+    """The serve config every replica runs: ``--config`` with ``--set`` and ``--experiments`` applied, the shared
+    store and the workdir's spool root (``ConfigError`` names the field)."""
+    overrides = dict(args.set)
+    if args.experiments:
+        overrides["experiment.file"] = args.experiments
+    config = load_config(args.config, overrides)
+    if config.experiment is None:
+        raise ConfigError(f"{args.config}: experiment: the config has none (pass --experiments FILE): replicas "
+                          "share the A/B store, so one is needed")  # fmt: skip
+    workdir = Path(args.workdir).resolve()
+    experiment = {"store": args.store or "postgresql+psycopg://", "spool_dir": str(workdir / "spool")}
+    return config.model_copy(update={"experiment": config.experiment.model_copy(update=experiment)})
+
+
+def dry_run_replicas(config: ServeConfig, args: argparse.Namespace) -> dict[str, Any]:
+    """``livethink.serve.dry_run`` of the replicas' config, plus the tools the set starts."""
+    report = dry_run(config)
+    if args.store is None:
+        report["experiment"]["store"] = "a throwaway PostgreSQL cluster under --workdir"
+    if shutil.which("haproxy") is None:
+        report["missing_here"].append("haproxy: not installed (`make haproxy`)")
+    if args.store is None:
+        from livethink.ab_test.pg_cluster import PostgresUnavailable, pg_bin_dir
+
+        try:
+            pg_bin_dir()
+        except PostgresUnavailable as exc:
+            report["missing_here"].append(f"--store: none given, and {exc}")
+    report["replicas"] = args.replicas
+    report["starts_here"] = report["ok"] and not report["missing_here"]
+    return report
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = _parser()
     args = ap.parse_args(argv)
     if args.replicas < 1:
         ap.error("--replicas: must be at least 1")
-    from livethink.serve.cli import _parse_sets
-    from livethink.serve.config import ConfigError, load_config
-
     try:
-        overrides = _parse_sets(args.set)
-        if args.experiments:
-            overrides["experiment"] = {"file": args.experiments}
-        config = load_config(args.config, overrides).model_dump(mode="json")
-    except (ConfigError, ValueError) as exc:
+        config = replica_config(args)
+    except ConfigError as exc:
         print(f"livethink replicas: invalid config: {exc}", file=sys.stderr)
         return 2
-    if not config.get("experiment"):
-        print("livethink replicas: the config has no experiment (pass --experiments FILE): replicas share the "
-              "A/B store, so one is needed", file=sys.stderr)  # fmt: skip
-        return 2
+    if args.dry_run:
+        return print_report(dry_run_replicas(config, args), "livethink replicas")
     workdir = Path(args.workdir).resolve()
 
     def _stop(signum: int, _frame: Any) -> None:
@@ -210,7 +247,8 @@ def main(argv: list[str] | None = None) -> int:
         store = pg.create_database("livethink_ab") if not _db_exists(pg) else pg.url("livethink_ab")
         print(f"PostgreSQL: {store} (data in {pg.data})", flush=True)
     try:
-        with ReplicaSet(config, args.replicas, workdir, store=store, port=args.port) as rs:
+        with ReplicaSet(config.model_dump(mode="json"), args.replicas, workdir, store=store,
+                        port=args.port) as rs:  # fmt: skip
             for i in range(args.replicas):
                 print(f"replica {i}: {rs.replica_url(i)} (log {workdir}/replica{i}.log)", flush=True)
             print(f"HAProxy front: {rs.url}  (Ctrl-C stops everything)", flush=True)

@@ -140,7 +140,7 @@ def test_cli_generate_validate(tmp_path):
     (out / "broken.jsonl").write_text((out / "test.jsonl").read_text().splitlines()[0] + "\n{oops\n")
     check = subprocess.run([sys.executable, "-m", "livethink.cli", "data", "validate", str(out / "broken.jsonl")],
                            capture_output=True, text=True)
-    assert check.returncode == 0 and "1 valid, 1 invalid" in check.stdout and "line 2" in check.stderr
+    assert check.returncode == 1 and "1 valid, 1 invalid" in check.stdout and "line 2" in check.stderr
     strict = subprocess.run([sys.executable, "-m", "livethink.cli", "data", "validate", "--strict",
                              str(out / "broken.jsonl")], capture_output=True, text=True)
     assert strict.returncode == 1 and "line 2" in strict.stderr

@@ -84,7 +84,8 @@ def test_lora_sft_saves_the_adapter_and_merged_weights_that_agree(stage1):
 
 @pytest.mark.slow
 def test_serve_config_takes_both_forms(stage1):
-    from livethink.serve.config import dry_run, parse_config
+    from livethink.serve.config import parse_config
+    from livethink.serve.dry_run import dry_run
 
     out, base = stage1["out"], stage1["base"]
     config = parse_config({"models": {"merged": {"path": str(out / "final")},

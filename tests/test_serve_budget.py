@@ -22,7 +22,7 @@ from livethink.serve.budget import (
     time_needed,
     token_capacity,
 )
-from livethink.serve.config import ConfigError, dry_run, load_config, parse_config
+from livethink.serve.config import ConfigError, load_config, parse_config
 from livethink.serve.controller import (
     BudgetController,
     EngineEstimator,
@@ -30,6 +30,7 @@ from livethink.serve.controller import (
     QueueState,
     tail_factor,
 )
+from livethink.serve.dry_run import dry_run
 from livethink.serve.errors import overloaded, validation_error
 from livethink.serve.estimates import (
     CurveSettings,

@@ -1,4 +1,10 @@
-"""`livethink ab <assign|analyze|report|simulate>`."""
+"""`livethink ab <assign|analyze|report|simulate>`.
+
+In every sub-command ``--experiment`` is an experiment's name and ``--config`` an experiment YAML file: ``assign``
+reads the YAML (``--experiment`` picks one when it defines several), ``analyze``/``report`` read the experiment
+registered in ``--db`` unless ``--config`` is given, ``simulate`` needs ``--config`` offline unless the name is
+registered in ``--db``.
+"""
 
 from __future__ import annotations
 
@@ -9,10 +15,14 @@ import sys
 from pathlib import Path
 
 from livethink.ab_test.errors import ABError
+from livethink.cli_args import FlagParser
+
+NAME_HELP = "experiment name"
+CONFIG_HELP = "experiment YAML file"
 
 
 def _parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(
+    p = FlagParser(
         prog="livethink ab", description="A/B experiments: assign, analyze, report, simulate"
     )
     sub = p.add_subparsers(dest="command", required=True)
@@ -20,8 +30,8 @@ def _parser() -> argparse.ArgumentParser:
     a = sub.add_parser(
         "assign", help="print id<TAB>arm<TAB>bucket for each viewer id (arm '-' = not in experiment)"
     )
-    a.add_argument("--experiment", required=True, type=Path, help="experiment YAML file")
-    a.add_argument("--name", help="experiment name when the file defines several")
+    a.add_argument("--config", type=Path, help=CONFIG_HELP + " (required)")
+    a.add_argument("--experiment", help=NAME_HELP + " (needed when --config defines several)")
     a.add_argument("--ids", required=True, help="file with one viewer id per line ('-' = stdin)")
 
     for name, help_ in (
@@ -30,8 +40,8 @@ def _parser() -> argparse.ArgumentParser:
     ):
         q = sub.add_parser(name, help=help_)
         q.add_argument("--db", required=True, help="SQLAlchemy URL or SQLite file path")
-        q.add_argument("--experiment", required=True, help="experiment name (registered in the DB)")
-        q.add_argument("--config", type=Path, help="experiment YAML to use instead of the registered config")
+        q.add_argument("--experiment", required=True, help=NAME_HELP + " (registered in the DB)")
+        q.add_argument("--config", type=Path, help=CONFIG_HELP + " to use instead of the registered config")
         cup = q.add_mutually_exclusive_group()
         cup.add_argument("--cuped", dest="cuped", action="store_true", default=None, help="force CUPED on")
         cup.add_argument("--no-cuped", dest="cuped", action="store_false", help="force CUPED off")
@@ -45,10 +55,8 @@ def _parser() -> argparse.ArgumentParser:
     )
     s.add_argument("--offline", action="store_true", help="no server: synthetic replies written to --db")
     s.add_argument("--base-url", default="http://127.0.0.1:8000", help="livethink server (loopback only)")
-    s.add_argument(
-        "--experiment", required=True, help="experiment name, or an experiment YAML file (offline)"
-    )
-    s.add_argument("--config", type=Path, help="experiment YAML (offline mode, when --experiment is a name)")
+    s.add_argument("--experiment", required=True, help=NAME_HELP)
+    s.add_argument("--config", type=Path, help=CONFIG_HELP + " (offline: needed unless --db has the experiment)")
     s.add_argument("--db", help="event store for --offline (SQLAlchemy URL or SQLite path)")
     s.add_argument("--sim-config", type=Path, help="YAML: outcome_model, default_arm, arms (see configs/ab)")
     s.add_argument("--requests", type=int, default=200, help="server mode: number of questions (≤ 100000)")
@@ -70,7 +78,10 @@ def _parser() -> argparse.ArgumentParser:
 
 
 def _load_ids(spec: str) -> list[str]:
-    text = sys.stdin.read() if spec == "-" else Path(spec).read_text()
+    try:
+        text = sys.stdin.read() if spec == "-" else Path(spec).read_text()
+    except OSError as exc:
+        raise ABError(f"--ids: {spec}: {exc.strerror}") from None
     return [line.strip() for line in text.splitlines() if line.strip()]
 
 
@@ -87,7 +98,7 @@ def _assign(args: argparse.Namespace) -> int:
     from livethink.ab_test.assignment import Assigner
     from livethink.ab_test.experiment import load_experiment
 
-    exp = load_experiment(args.experiment, args.name)
+    exp = load_experiment(args.config, args.experiment)
     assigner = Assigner(exp)
     digits = 4 if exp.hash_version == 2 else 3
     out = sys.stdout
@@ -143,22 +154,17 @@ def _simulate(args: argparse.Namespace) -> int:
         if not args.db:
             raise ABError("--db: required with --offline")
         store = EventStore(args.db)
-        if args.config:
-            exp = load_experiment(args.config, args.experiment)
-        elif Path(args.experiment).is_file():
-            exp = load_experiment(args.experiment)
-        else:
-            exp = store.experiment(args.experiment)
+        exp = load_experiment(args.config, args.experiment) if args.config else store.experiment(args.experiment)
         result = simulate_offline(
             exp, store, viewers=args.viewers or 10_000, seed=args.seed, config=sim_cfg,
             duration_s=args.duration_hours * 3600, run_id=args.run_id,
         )  # fmt: skip
     else:
         name = args.experiment
-        if Path(name).is_file():
+        if args.config:
             from livethink.ab_test.experiment import load_experiment
 
-            name = load_experiment(name).name
+            load_experiment(args.config, name)  # the name must be in the file
         result = asyncio.run(
             simulate_http(
                 args.base_url,
@@ -182,8 +188,19 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _check_experiment_name(parser: argparse.ArgumentParser, args: argparse.Namespace) -> None:
+    name = args.experiment
+    if name is not None and (name.endswith((".yaml", ".yml")) or Path(name).is_file()):
+        parser.error(f"--experiment: {name!r} is a file; --experiment takes an experiment name, and the YAML "
+                     f"file goes in --config (livethink ab {args.command} --config {name} ...)")  # fmt: skip
+    if args.command == "assign" and args.config is None:
+        parser.error("--config: required (the experiment YAML file)")
+
+
 def main(argv: list[str] | None = None) -> int:
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
+    _check_experiment_name(parser, args)
     handler = {"assign": _assign, "analyze": _analyze, "report": _report, "simulate": _simulate}[args.command]
     try:
         return handler(args)

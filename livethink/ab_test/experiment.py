@@ -29,9 +29,11 @@ from pydantic import (
 from livethink.ab_test.errors import ExperimentConfigError, UnknownArmError
 from livethink.ab_test.metrics import METRICS, VIEWER_METRICS
 
-# Model variants an arm may serve: the RFT student, the teacher and the stage-2 compression variants.
+# Model variants an arm may serve: the RFT student, the teacher and every stage-2 variant of
+# livethink.length_rl.registry with its aliases (tests/test_config_dry_runs.py keeps the two in step).
 KNOWN_VARIANTS: frozenset[str] = frozenset(
-    {"teacher", "rft", "baseline", "siri", "dot", "drpo", "length_penalty"}
+    {"teacher", "rft", "band", "baseline", "cosine", "dapo_overlong", "dler", "dot", "drpo", "gdpo",
+     "length_penalty", "siri"}
 )
 NAME_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 WEIGHT_TOLERANCE = 1e-6

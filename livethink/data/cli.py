@@ -1,4 +1,9 @@
-"""`livethink data`: generate LiveShop, validate or convert user data."""
+"""`livethink data`: generate LiveShop, validate or convert user data.
+
+``validate`` exits 1 when any row is invalid (each is listed with its line or row and reason); ``--strict`` stops
+at the first one. ``convert`` skips invalid rows (listed; ``--strict``: stops at the first one instead).
+"""
+
 
 from __future__ import annotations
 
@@ -10,8 +15,13 @@ from pathlib import Path
 
 from tqdm import tqdm
 
-from livethink.data.io import InvalidTaskError, load_tasks, to_dataset, write_jsonl, write_parquet
+from livethink.cli_args import FlagParser
+from livethink.data.io import InvalidTaskError, LoadResult, load_tasks, to_dataset, write_jsonl, write_parquet
 from livethink.data.liveshop.generate import SPLITS, generate
+
+
+class DataError(ValueError):
+    """The data cannot be read (the message names the path and the reason)."""
 
 
 def _generate(args: argparse.Namespace) -> int:
@@ -44,24 +54,33 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _validate(args: argparse.Namespace) -> int:
+def _load(path: str, strict: bool) -> LoadResult:
+    """The tasks of ``path``; a path that cannot be read raises ``DataError`` naming it and why."""
+    p = Path(path)
+    if p.is_dir() and not any((p / f).is_file() for f in ("dataset_info.json", "dataset_dict.json", "state.json")):
+        files = sorted((f.stem not in SPLITS, f.name) for f in p.iterdir() if f.suffix in {".jsonl", ".parquet"})
+        hint = f"; pass one of its files, e.g. {p / files[0][1]}" if files else ""
+        raise DataError(f"{path}: a directory, but not a saved dataset (datasets.save_to_disk){hint}")
     try:
-        result = load_tasks(args.path, strict=args.strict)
+        return load_tasks(path, strict=strict)
     except InvalidTaskError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+        raise DataError(str(exc)) from None
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file or directory") from None
+    except (OSError, ValueError) as exc:  # an unsupported suffix, an unreadable or corrupt file
+        raise DataError(f"{path}: {exc}") from None
+
+
+def _validate(args: argparse.Namespace) -> int:
+    result = _load(args.path, args.strict)
     for error in result.errors:
         print(f"{args.path}: {error}", file=sys.stderr)
-    print(f"{len(result.tasks)} valid, {result.n_invalid} invalid (skipped)")
-    return 1 if result.errors and args.strict else 0
+    print(f"{len(result.tasks)} valid, {result.n_invalid} invalid")
+    return 1 if result.errors else 0
 
 
 def _convert(args: argparse.Namespace) -> int:
-    try:
-        result = load_tasks(args.src, strict=args.strict)
-    except InvalidTaskError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 1
+    result = _load(args.src, args.strict)
     for error in result.errors:
         print(f"{args.src}: {error} (skipped)", file=sys.stderr)
     dst = Path(args.dst)
@@ -76,7 +95,7 @@ def _convert(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="livethink data", description=__doc__)
+    parser = FlagParser(prog="livethink data", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
     gen = sub.add_parser("generate", help="generate a LiveShop catalog and train/validation/test tasks")
     gen.add_argument("--out", required=True, help="output directory")
@@ -87,19 +106,23 @@ def build_parser() -> argparse.ArgumentParser:
     gen.set_defaults(func=_generate)
     val = sub.add_parser("validate", help="check user data (JSONL, Parquet or dataset dir) against the schema")
     val.add_argument("path")
-    val.add_argument("--strict", action="store_true", help="fail on the first invalid row")
+    val.add_argument("--strict", action="store_true", help="stop at the first invalid row (without it: list them all)")
     val.set_defaults(func=_validate)
     conv = sub.add_parser("convert", help="convert between JSONL, Parquet and a saved datasets dir")
     conv.add_argument("src")
     conv.add_argument("dst", help="*.jsonl, *.parquet, or a directory (datasets.save_to_disk)")
-    conv.add_argument("--strict", action="store_true")
+    conv.add_argument("--strict", action="store_true", help="stop at the first invalid row instead of skipping it")
     conv.set_defaults(func=_convert)
     return parser
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    return args.func(args)
+    try:
+        return args.func(args)
+    except DataError as exc:
+        print(f"livethink data {args.command}: error: {exc}", file=sys.stderr)
+        return 1
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from livethink.cli_args import FlagParser
 from livethink.data.budget_forcing import REPLY_RESERVE
 from livethink.data.io import read_tasks
 from livethink.eval.harness import judge_completions, model_result, token_counter
@@ -38,7 +39,7 @@ def evaluate_teacher(teacher_type: str, tasks, judge, tokenizer, temperature: fl
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="livethink eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p = FlagParser(prog="livethink eval", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--model", action="append", default=[], help="HF checkpoint dir (repeat for several models)")
     p.add_argument("--name", action="append", default=[], help="display name per --model (same order)")
     p.add_argument("--teacher", choices=["scripted"], help="also evaluate the teacher on the same tasks")
@@ -77,6 +78,18 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+def _checkpoint_problem(path: str) -> str | None:
+    """Why ``path`` is not a checkpoint directory (None when it is)."""
+    p = Path(path)
+    if not p.exists():
+        return f"{path}: no such directory"
+    if not p.is_dir():
+        return f"{path}: not a directory (a Hugging Face checkpoint directory is expected)"
+    if not (p / "config.json").is_file():
+        return f"{path}: no config.json (not a Hugging Face checkpoint directory)"
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if not args.model and not args.teacher:
@@ -88,6 +101,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.name and len(args.name) != len(args.model):
         print("error: --name must be given once per --model", file=sys.stderr)
         return 2
+    for model in args.model:
+        problem = _checkpoint_problem(model)
+        if problem:
+            print(f"error: --model: {problem}", file=sys.stderr)
+            return 2
     from livethink.eval.harness import evaluate_model
     from livethink.eval.thinking_curve import CALIBRATION_FILE, ThinkingCurve, parse_caps, save_curve
     from livethink.rewards.judge import make_judge

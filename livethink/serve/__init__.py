@@ -3,7 +3,7 @@ FastAPI app (OpenAI-compatible chat completions, ``/v1/livestream/reply``), metr
 
 Modules: ``budget`` (pure math), ``controller`` (estimates, queue, admission), ``engines`` (engine layer),
 ``reasoning`` (think/reply split), ``generation`` (one request's deadline-bounded generation), ``protocol``
-(HTTP models), ``errors``, ``hooks`` (A/B adapter), ``metrics``, ``config``, ``service`` (the request path),
+(HTTP models), ``errors``, ``hooks`` (A/B adapter), ``metrics``, ``config``, ``dry_run``, ``service`` (the request path),
 ``responses`` (response bodies, SSE), ``app``, ``cli``. See docs/serving.md.
 """
 
@@ -15,7 +15,7 @@ _EXPORTS = {
     "create_app": "app",
     "ServeConfig": "config",
     "load_config": "config",
-    "dry_run": "config",
+    "dry_run": "dry_run",
     "BudgetPolicy": "budget",
     "Estimates": "budget",
     "TokenBudget": "budget",

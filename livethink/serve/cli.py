@@ -1,10 +1,12 @@
 """`livethink serve --config configs/tiny/serve.yaml [--host 127.0.0.1 --port 8000] [--dry-run]`.
 
 ``--set key=value`` overrides a config field (dotted, YAML-parsed value), e.g. ``--set engine.kind=transformers
---set models.rft.path=runs/tiny/rft/final``. ``--dry-run`` validates the config (models, experiments, store
-URL) without loading weights or needing a GPU, prints a JSON report (with each model's thinking floor:
-configured, calibrated or none, and ``below_min_thinking``: what a request below it gets per endpoint, and why)
-and exits 0 (ok) or 1 (problems).
+--set models.rft.path=runs/tiny/rft/final``. ``--set budget.deadline_ms=800`` sets the deadline of each endpoint
+without its own ``endpoints.*.deadline_ms`` (the shipped configs: livestream; chat keeps its 30 s); where every
+endpoint sets its own, it is refused. ``--dry-run`` checks the config as start-up would (models, engine,
+experiments, store, spool, thinking floors) without loading weights or needing a GPU, prints a JSON report
+(``problems``: the config is wrong; ``missing_here``: what this machine lacks to start it, e.g. a checkpoint;
+each model's thinking floor and ``below_min_thinking``) and exits 0 (ok) or 1 (problems).
 ``--openapi docs/openapi.json`` writes the server's OpenAPI document (no config needed; ``-`` for stdout).
 vLLM spawns its engine process, so this module is the ``__main__`` of the server process. Exit codes: 0 stopped,
 2 invalid config, 3 the engine failed to start, 4 an engine died more often than ``engine.restart_max`` allows.
@@ -12,49 +14,16 @@ vLLM spawns its engine process, so this module is the ``__main__`` of the server
 
 from __future__ import annotations
 
-import argparse
-import json
 import logging
 import os
 import sys
-from typing import TYPE_CHECKING, Any
+from argparse import RawDescriptionHelpFormatter
 
-import yaml
-
-if TYPE_CHECKING:
-    from livethink.serve.config import ServeConfig
-
-
-def _parse_sets(items: list[str]) -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        if not sep or not key:
-            raise ValueError(f"--set expects key=value, got {item!r}")
-        out[key.strip()] = yaml.safe_load(value)
-    return out
-
-
-def _add_thinking_floors(config: ServeConfig, report: dict) -> None:
-    """Each model's thinking floor as the server will use it (configured, calibrated or none), and what a
-    request below it gets per endpoint (``below_min_thinking``, the shape of ``/health``'s)."""
-    from livethink.serve.quality import below_floor_report, floor_for
-
-    floors = {}
-    for name, entry in report["models"].items():
-        try:
-            floors[name] = floor_for(config, name)
-            entry["thinking_floor"] = floors[name].card()
-        except ValueError as exc:  # a calibration file that does not parse
-            report["problems"].append(f"models.{name}: {exc}")
-            report["ok"] = False
-    report["below_min_thinking"] = below_floor_report(config, floors)
+from livethink.cli_args import FlagParser, key_value
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="livethink serve", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
+    parser = FlagParser(prog="livethink serve", description=__doc__, formatter_class=RawDescriptionHelpFormatter)
     parser.add_argument("--config", help="serve YAML (configs/tiny/serve.yaml); required unless --openapi")
     parser.add_argument("--host", help="bind address (default: server.host of the config, 127.0.0.1)")
     parser.add_argument(
@@ -62,9 +31,10 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--engine", choices=["auto", "vllm", "transformers"], help="override engine.kind")
     parser.add_argument(
-        "--set", action="append", default=[], metavar="KEY=VALUE", help="override a config field"
+        "--set", action="append", default=[], type=key_value, metavar="KEY=VALUE",
+        help="override a config field (dotted key, YAML value; repeatable)",
     )
-    parser.add_argument("--dry-run", action="store_true", help="validate the config and exit")
+    parser.add_argument("--dry-run", action="store_true", help="check the config as start-up would, print a JSON report and exit")
     parser.add_argument("--openapi", metavar="FILE", help="write the OpenAPI document to FILE ('-': stdout) and exit")
     args = parser.parse_args(argv)
     if args.openapi:
@@ -74,10 +44,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.config:
         parser.error("--config is required (unless --openapi)")
 
-    from livethink.serve.config import ConfigError, dry_run, load_config
+    from livethink.serve.config import ConfigError, load_config
 
     try:
-        overrides = _parse_sets(args.set)
+        overrides = dict(args.set)
         if args.engine:
             overrides["engine.kind"] = args.engine
         if args.host:
@@ -85,14 +55,13 @@ def main(argv: list[str] | None = None) -> int:
         if args.port is not None:
             overrides["server.port"] = args.port
         config = load_config(args.config, overrides)
-    except (ConfigError, ValueError, yaml.YAMLError) as exc:
+    except ConfigError as exc:
         print(f"livethink serve: invalid config: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
-        report = dry_run(config)
-        _add_thinking_floors(config, report)
-        print(json.dumps(report, indent=2, default=str))
-        return 0 if report["ok"] else 1
+        from livethink.serve.dry_run import dry_run, print_report
+
+        return print_report(dry_run(config), "livethink serve")
 
     import uvicorn
 

@@ -1,16 +1,15 @@
-"""Server config: YAML → validated ``ServeConfig`` (every error names its field), plus a GPU-free dry run.
+"""Server config: YAML → validated ``ServeConfig`` (every error names its field); ``--set`` overrides.
 
 See ``configs/tiny/serve.yaml`` (embedded default) and ``configs/prod/serve.yaml`` (Qwen3-30B-A3B) for the
 fields. Relative paths are relative to the working directory (the repository root), like the other configs.
+``livethink.serve.dry_run`` checks a loaded config against this machine.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
 from pathlib import Path
 from typing import Any, Literal
-from urllib.parse import urlparse
 
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
@@ -116,7 +115,7 @@ class EngineConfig(_Strict):
 
 
 class BudgetConfig(_Strict):
-    deadline_ms: int = Field(default=1000, gt=0)  # server default; endpoints and arms may override
+    deadline_ms: int = Field(default=1000, gt=0)  # endpoints without their own deadline_ms use it; arms may override
     max_deadline_ms: int = Field(default=120_000, gt=0)
     margin_ms: float = Field(default=50.0, ge=0)
     finalize_ms: float = Field(default=50.0, ge=0)  # the hard cut comes this long before the deadline
@@ -297,110 +296,39 @@ def parse_config(data: Any, where: str = "serve config") -> ServeConfig:
 
 
 def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> ServeConfig:
-    """Read a serve YAML; ``overrides`` are dotted keys (``engine.kind``, ``server.port``) → values."""
+    """Read a serve YAML; ``overrides`` are dotted keys (``engine.kind``, ``server.port``) → values (``--set``).
+
+    ``budget.deadline_ms`` is the deadline of each endpoint without its own ``endpoints.*.deadline_ms``; an
+    override of it that no endpoint would use is refused, naming the endpoint fields that govern."""
     path = Path(path)
     try:
         data = yaml.safe_load(path.read_text()) or {}
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
+    except OSError as exc:
+        raise ConfigError(f"{path}: cannot be read ({exc.strerror})") from None
     except yaml.YAMLError as exc:
         raise ConfigError(f"{path}: not valid YAML ({exc})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping, got {type(data).__name__}")
-    for key, value in (overrides or {}).items():
+    overrides = overrides or {}
+    for key, value in overrides.items():
         node = data
         *parents, leaf = key.split(".")
         for p in parents:
-            node = node.setdefault(p, {})
+            if node.get(p) is None:
+                node[p] = {}
+            node = node[p]
             if not isinstance(node, dict):
                 raise ConfigError(f"{path}: {key}: {p} is not a mapping")
         node[leaf] = value
-    return parse_config(data, str(path))
-
-
-def dry_run(config: ServeConfig) -> dict[str, Any]:
-    """Check a config without a GPU and without loading weights: models, experiments, store URL, engine."""
-    from livethink.data.reasoning_format import resolve as resolve_format
-    from livethink.models.loading import CheckpointError, inspect_checkpoint, load_tokenizer_for
-
-    problems: list[str] = []
-    notes: list[str] = []
-    models: dict[str, Any] = {}
-    for name, spec in config.models.items():
-        entry: dict[str, Any] = spec.model_dump(exclude_none=True)
-        if spec.path is not None:
-            if Path(spec.path).expanduser().exists():
-                try:
-                    info = inspect_checkpoint(spec.path, require_weights=False)
-                    entry.update(model_type=info.model_type, has_tokenizer=info.has_tokenizer)
-                    if not info.has_tokenizer:
-                        problems.append(f"models.{name}.path: {spec.path} has no tokenizer files")
-                    else:
-                        fmt, why = resolve_format(spec.reasoning, load_tokenizer_for(spec.path), spec.path)
-                        entry.update(reasoning=fmt.to_dict(), reasoning_source=why)
-                except CheckpointError as exc:
-                    problems.append(f"models.{name}.path: {exc}")
-            else:
-                notes.append(f"models.{name}.path: {spec.path} is not on this machine (needed at run time)")
-        if spec.lora is not None:
-            adapter = Path(spec.lora).expanduser()
-            if adapter.exists() and not (adapter / "adapter_config.json").is_file():
-                problems.append(f"models.{name}.lora: {spec.lora} has no adapter_config.json")
-            elif not adapter.exists():
-                notes.append(f"models.{name}.lora: {spec.lora} is not on this machine (needed at run time)")
-        models[name] = entry
-    report: dict[str, Any] = {
-        "models": models,
-        "default_model": config.default_model,
-        "engine_groups": config.engine_groups(),
-    }
-    kind = config.engine.kind
-    has_vllm = importlib.util.find_spec("vllm") is not None
-    report["engine"] = {"kind": kind, "vllm_importable": has_vllm}
-    if kind == "vllm" and not has_vllm:
-        notes.append("engine.kind: vllm is not installed here (needed at run time)")
-    if config.engine.tensor_parallel_size > 1:
-        notes.append(
-            f"engine.tensor_parallel_size={config.engine.tensor_parallel_size}: GPUs are checked at start"
-        )
-    if config.experiment is not None:
-        report["experiment"] = _check_experiments(config, problems)
-    keys, admin = config.auth.keys()
-    report["auth"] = {"enabled": bool(keys or admin), "admin_enabled": bool(admin)}
-    report["deadlines_ms"] = {
-        "livestream": config.deadline_ms("livestream"),
-        "chat": config.deadline_ms("chat"),
-    }
-    report["notes"] = notes
-    report["problems"] = problems
-    report["ok"] = not problems
-    return report
-
-
-def _check_experiments(config: ServeConfig, problems: list[str]) -> dict[str, Any]:
-    from livethink.ab_test.errors import ExperimentConfigError
-    from livethink.ab_test.experiment import load_experiments
-
-    exp = config.experiment
-    assert exp is not None
-    out: dict[str, Any] = {"file": exp.file, "store": _safe_url(exp.store)}
-    scheme = urlparse(exp.store).scheme if "://" in exp.store else "sqlite"
-    if scheme.split("+")[0] not in ("sqlite", "postgresql"):
-        problems.append(f"experiment.store: unsupported URL scheme {scheme!r} (sqlite or postgresql)")
-    try:
-        experiments = load_experiments(exp.file, known_variants=set(config.models))
-    except ExperimentConfigError as exc:
-        problems.append(f"experiment.file: {exc}")
-        return out
-    out["experiments"] = {
-        name: {a.name: {"variant": a.variant or config.default_model, "weight": a.weight} for a in e.arms}
-        for name, e in experiments.items()
-    }
-    return out
-
-
-def _safe_url(url: str) -> str:
-    parsed = urlparse(url)
-    if parsed.password:
-        return url.replace(f":{parsed.password}@", ":***@")
-    return url
+    config = parse_config(data, str(path))
+    if "budget.deadline_ms" in overrides:
+        own = {ep: getattr(config.endpoints, ep).deadline_ms for ep in ("livestream", "chat")}
+        if all(v is not None for v in own.values()):
+            governing = " and ".join(f"endpoints.{ep}.deadline_ms ({v})" for ep, v in own.items())
+            raise ConfigError(
+                f"{path}: budget.deadline_ms: no endpoint uses it, because {governing} are set and govern; "
+                "set those instead, or set one to null to use budget.deadline_ms"
+            )
+    return config

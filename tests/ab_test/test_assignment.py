@@ -212,7 +212,7 @@ def test_cli_assign(tmp_path, capsys) -> None:
     )
     ids = tmp_path / "ids.txt"
     ids.write_text("alice\nbob\n\ncarol\n")
-    assert ab_main(["assign", "--experiment", str(cfg), "--ids", str(ids)]) == 0
+    assert ab_main(["assign", "--config", str(cfg), "--ids", str(ids)]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 3
     assigner = Assigner(_exp([0.5, 0.5], coverage=0.5).model_copy(update={"arms": _exp([0.5, 0.5]).arms}))
@@ -228,5 +228,5 @@ def test_cli_assign_bad_config(tmp_path, capsys) -> None:
     cfg.write_text("name: exp1\narms:\n  - {name: A, weight: 0.5}\n  - {name: B, weight: 0.4}\n")
     ids = tmp_path / "ids.txt"
     ids.write_text("x\n")
-    assert ab_main(["assign", "--experiment", str(cfg), "--ids", str(ids)]) == 2
+    assert ab_main(["assign", "--config", str(cfg), "--ids", str(ids)]) == 2
     assert "weights sum to 0.9" in capsys.readouterr().err
