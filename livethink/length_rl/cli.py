@@ -29,6 +29,8 @@ def dry_run(cfg) -> dict[str, Any]:
         "rollouts": "vllm-" + cfg.vllm_mode if cfg.use_vllm else "transformers",
         "output_dir": cfg.output_dir,
     }
+    if cfg.tail_batching:
+        report["tail_batching"] = {"short_tokens": cfg.tail_short_limit(), "overprovision": cfg.tail_overprovision}
     extra, variant_notes = spec.describe()
     report.update(extra)
     notes += variant_notes

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from livethink.length_rl.registry import Variant
+from livethink.length_rl.tail_batching import TailBatchingOptions
 from livethink.length_rl.variants import get_variant, option_classes, variant_names
 
 
@@ -37,7 +38,7 @@ def apply_variant_trl_options(cfg: GRPOConfig, spec: Variant) -> None:
 
 
 @dataclass
-class GRPOVariantConfig(*option_classes(), GRPOConfig):
+class GRPOVariantConfig(TailBatchingOptions, *option_classes(), GRPOConfig):
     """Stage 2: GRPO length compression of the RFT student, one of the registered variants (``variants``), whose
     own options (``Variant.options``) this class inherits."""
 
@@ -123,6 +124,8 @@ class GRPOVariantConfig(*option_classes(), GRPOConfig):
             if self.budget_cap_scope not in ("group", "completion"):
                 raise ValueError(f"budget_cap_scope must be group or completion, got {self.budget_cap_scope!r}")
             self.budget_distribution(forced_end_tokens=0)  # validates; the trainer checks the exact token counts
+        if self.tail_batching:  # tail batching (tail_batching.TailBatchingOptions): its fields' checks
+            self.tail_short_limit()
         local_generation = self.per_device_train_batch_size * self.steps_per_generation
         if local_generation % self.num_generations:
             raise ValueError(

@@ -120,6 +120,11 @@ class LengthRLTrainer(GRPOHooks):
 
             logger.info("froze %d router parameters", freeze_routers(self.model))
         self.budget_sampler = self._budget_sampler() if cfg.budget_forcing else None
+        self.tail = None  # tail batching (tail_rollouts): short rounds, deferred prompts, long rounds
+        if cfg.tail_batching:
+            from livethink.length_rl.tail_rollouts import TailRollouts
+
+            self.tail = TailRollouts(cfg.tail_short_limit(), cfg.tail_overprovision, self.num_generations)
         if cfg.calculator:
             from livethink.calculator.processors import result_char_token_ids, with_calculator
             from livethink.length_rl.vllm_calculator import patch_forced_logprobs
@@ -228,9 +233,12 @@ class LengthRLTrainer(GRPOHooks):
         cfg: GRPOVariantConfig = self.args
         training = self.model.training
         cap = self.variant.generation_cap(self, self.state.global_step, training)
+        n_local = len(inputs)
+        tail = self.tail.plan(self, inputs, cap) if self.tail is not None and training else None
+        if tail is not None:
+            inputs, cap = tail.inputs, tail.cap
         if cap is not None:
             self._set_generation_cap(cap)
-        n_local = len(inputs)
         factor = self.variant.oversample_factor(self) if training else None
         if factor is not None:
             inputs = list(inputs) + self._extra_prompts(n_local, factor)
@@ -242,13 +250,16 @@ class LengthRLTrainer(GRPOHooks):
         finally:
             if self.budget_sampler is not None:
                 self.budget_sampler.active = False
+        usable = self.tail.settle(self, tail, output, inputs) if tail is not None else None
         if self.budget_sampler is not None and training:  # before any variant edit: rows still match the draw
             self._mask_budget_forced_tokens(output)
         output = self.variant.postprocess_batch(self, output, len(inputs))
         if cfg.calculator and training:
             self._mask_calculator_tokens(output)
         if factor is not None:
-            output = self._keep_informative_groups(output, len(inputs), n_local)
+            output = self._keep_informative_groups(output, len(inputs), n_local, usable)
+        elif usable is not None:
+            output = self._keep_groups(output, len(inputs), n_local, usable, None)
         elif self.variant.masks_tokens or cfg.calculator or self.budget_sampler is not None:
             output["num_items_in_batch"] = self._count_loss_tokens(output)
         return output
@@ -280,20 +291,42 @@ class LengthRLTrainer(GRPOHooks):
         self.log_metric(f"{self.variant.prefix}/oversample_factor", factor)
         n_groups = n_local // self.num_generations
         extra_groups = max(0, round(n_groups * factor) - n_groups)
-        picks = torch.randint(len(self.train_dataset), (extra_groups,), generator=self._extra_rng).tolist()
-        return [dict(self.train_dataset[i]) for i in picks for _ in range(self.num_generations)]
+        return [dict(p) for p in self.draw_prompts(extra_groups) for _ in range(self.num_generations)]
 
-    def _keep_informative_groups(self, output: dict[str, Any], n_total: int, n_local: int) -> dict[str, Any]:
-        """Keep the first n_local/G groups with reward std > 0 (filling with masked-out zero-std groups)."""
+    def draw_prompts(self, n: int) -> list[dict[str, Any]]:
+        """``n`` prompts drawn from the train set (one row each, with this process's generator)."""
+        picks = torch.randint(len(self.train_dataset), (n,), generator=self._extra_rng).tolist()
+        return [dict(self.train_dataset[i]) for i in picks]
+
+    def _keep_informative_groups(self, output: dict[str, Any], n_total: int, n_local: int,
+                                 usable: list[bool] | None = None) -> dict[str, Any]:
+        """Keep the first n_local/G groups with reward std > 0 (filling with masked-out zero-std groups); with tail
+        batching, only among the ``usable`` (not deferred) groups."""
         g = self.num_generations
         flat = zero_std_groups(self._weighted(self.final_rewards), g).cpu()
         self.pass_rates.append(float((~flat).float().mean()))
         self.log_metric(f"{self.variant.prefix}/pass_rate", self.pass_rates[-1])
         local_flat = flat[self.local_slice(n_total // g)]
+        if usable is not None:
+            return self._keep_groups(output, n_total, n_local, usable, (~local_flat).tolist())
         order = torch.cat([(~local_flat).nonzero().view(-1), local_flat.nonzero().view(-1)])[: n_local // g]
         index = (order.unsqueeze(1) * g + torch.arange(g)).view(-1)
         output = select_rows(output, index, n_total)
         keep = (~local_flat[order]).repeat_interleave(g).to(output["completion_mask"].device)
+        output["completion_mask"] = output["completion_mask"] * keep.unsqueeze(1).to(output["completion_mask"].dtype)
+        output["num_items_in_batch"] = self._count_loss_tokens(output)
+        return output
+
+    def _keep_groups(self, output: dict[str, Any], n_total: int, n_local: int, usable: list[bool],
+                     preferred: list[bool] | None) -> dict[str, Any]:
+        """Tail batching: keep n_local/G of a short round's groups, complete (and ``preferred``) ones first; fillers
+        (deferred or not preferred) stay masked out of the loss."""
+        g = self.num_generations
+        order, keep = self.tail.select(usable, preferred, n_local // g)
+        self.tail.log_kept(self, order, usable)
+        index = (order.unsqueeze(1) * g + torch.arange(g)).view(-1)
+        output = select_rows(output, index, n_total)
+        keep = keep.repeat_interleave(g).to(output["completion_mask"].device)
         output["completion_mask"] = output["completion_mask"] * keep.unsqueeze(1).to(output["completion_mask"].dtype)
         output["num_items_in_batch"] = self._count_loss_tokens(output)
         return output
@@ -307,6 +340,8 @@ class LengthRLTrainer(GRPOHooks):
     def on_checkpoint_saved(self, folder: str) -> None:
         if self.args.should_save:
             state = {"l_ref": self.reward_context.l_ref, "pass_rates": self.pass_rates, **self.variant.state()}
+            if self.tail is not None and self.accelerator.num_processes == 1:  # (one queue per process)
+                state["tail_queue"] = self.tail.state()
             with open(os.path.join(folder, STATE_FILE), "w") as fh:
                 json.dump(state, fh)
         self.variant.on_save(self, self.state.global_step)
@@ -319,4 +354,9 @@ class LengthRLTrainer(GRPOHooks):
             if state.get("l_ref") is not None and not self.args.l_ref:
                 self.reward_context.l_ref = float(state["l_ref"])
             self.pass_rates = list(state.get("pass_rates", []))
+            if self.tail is not None and "tail_queue" in state:
+                self.tail.load_state(state["tail_queue"])
+            elif self.tail is not None:
+                logger.warning("tail batching: %s holds no deferred-prompt queue (several processes, or saved without "
+                               "tail batching); the queue starts empty", checkpoint)
             self.variant.load_state(state)
