@@ -41,7 +41,7 @@ def test_server_and_eval_force_the_same_reply_at_a_cap(monkeypatch):
         loop.run_until_complete(engine.start())
         assert engine.forcing == "native"
         service = Service(config, {"rft": engine}, {"rft": "rft"}, {"rft": 1})
-        prompt = service._tokenize("rft", build_messages(task), True, "product_docs")
+        prompt = service.tokenize("rft", build_messages(task), True, "product_docs")
 
         async def served() -> list[int]:
             request = GenerationRequest("parity", "rft", prompt, SamplingOptions(temperature=0.0))

@@ -176,6 +176,10 @@ BAD_INPUT = [
     (CHAT, {"model": "rft", "messages": []}, 400, "messages", "too_short"),
     (CHAT, {"model": "rft", "messages": [{"content": "hi"}]}, 400, "messages.0.role", "missing"),
     (CHAT, {"model": "rft", "messages": [{"role": "robot", "content": "hi"}]}, 400, "messages.0.role", None),
+    (CHAT, {"model": "rft", "messages": [{"role": "user"}]}, 400, "messages.0.content", "missing"),
+    (CHAT, {"model": "rft", "messages": [*MSG, {"role": "assistant", "content": None}]}, 400, "messages.1.content", None),
+    (CHAT, '"hi"', 400, None, "invalid_type"),
+    (CHAT, b"\xff\xfe{", 400, None, "invalid_json"),
     (CHAT, {"model": "rft", "messages": MSG, "max_tokens": "10"}, 400, "max_tokens", "int_type"),
     (CHAT, {"model": "rft", "messages": MSG, "max_tokens": 0}, 400, "max_tokens", None),
     (CHAT, {"model": "rft", "messages": MSG, "temperature": 5}, 400, "temperature", None),
@@ -228,7 +232,7 @@ def test_bad_input_is_a_4xx_naming_the_field(served, path, body, status, param, 
     if isinstance(path, dict):
         body = {k: v for k, v in LIVE_BODY.items() if k != path["drop"]}
         path = path["path"]
-    kwargs = {"content": body} if isinstance(body, str) else {"json": body}
+    kwargs = {"content": body} if isinstance(body, str | bytes) else {"json": body}
     r = HTTP.post(f"{server.url}{path}", headers={"content-type": "application/json"}, timeout=10, **kwargs)
     assert r.status_code == status, r.text
     err = r.json()["error"]
@@ -239,6 +243,15 @@ def test_bad_input_is_a_4xx_naming_the_field(served, path, body, status, param, 
     if param is not None:
         assert param.split(".")[0] in err["message"]
     assert "Traceback" not in r.text
+
+
+def test_a_json_body_is_read_whatever_its_content_type(served):
+    server, _ = served
+    body = json.dumps({"model": "rft", "messages": MSG})
+    for content_type in ("application/x-www-form-urlencoded", "text/plain", None):  # curl -d sends the first
+        headers = {"content-type": content_type} if content_type else {}
+        r = HTTP.post(f"{server.url}{CHAT}", content=body, headers=headers)
+        assert r.status_code == 200, (content_type, r.text)
 
 
 def test_unknown_route_and_method_are_json(served):
@@ -416,6 +429,8 @@ def test_bearer_auth(tokenizer):
         assert HTTP.get(f"{url}/v1/admin/status", headers={"Authorization": "Bearer k1"}).status_code == 403
         assert HTTP.get(f"{url}/v1/admin/status", headers={"Authorization": "Bearer adm"}).status_code == 200
         assert HTTP.get(f"{url}/metrics").status_code == 401
+        for body in ("{not json", "x" * 300_000):  # the key is checked before the body is read
+            assert HTTP.post(f"{url}/v1/chat/completions", content=body).status_code == 401
         client = openai.OpenAI(base_url=f"{url}/v1", api_key="k1", max_retries=0, timeout=10)
         assert client.chat.completions.create(model="rft", messages=MSG).choices[0].message.content
         with pytest.raises(openai.AuthenticationError):

@@ -3,8 +3,9 @@ FastAPI app (OpenAI-compatible chat completions, ``/v1/livestream/reply``), metr
 
 Modules: ``budget`` (pure math), ``controller`` (estimates, queue, admission), ``engines`` (engine layer),
 ``reasoning`` (think/reply split), ``generation`` (one request's deadline-bounded generation), ``protocol``
-(HTTP models), ``errors``, ``hooks`` (A/B adapter), ``metrics``, ``config``, ``dry_run``, ``service`` (the request path),
-``responses`` (response bodies, SSE), ``app``, ``cli``. See docs/serving.md.
+(HTTP models), ``errors``, ``hooks`` (A/B adapter), ``metrics``, ``config``, ``dry_run``, ``service`` (the request path:
+``jobs``, ``admission``, ``running``, ``accounting``), ``responses`` (response models, SSE), ``routing`` (the HTTP
+edge), ``app``, ``lifespan``, ``cli``. See docs/serving.md.
 """
 
 from __future__ import annotations

@@ -1,10 +1,10 @@
 """How the routes document themselves in OpenAPI: request bodies, success and error responses of every route.
 
-The POST handlers read their bodies themselves (``app._parse``: the 413 size check and the server's own 400s for
-an empty, malformed or non-object body), so FastAPI does not see their models. Each POST route names its model in
-``openapi_extra`` (``request_body``) and ``openapi_schema`` adds those models to ``components``. Errors share one
-model (``ErrorResponse``, errors.py's shape). Validation errors are 400s here, so FastAPI's default 422 entry is
-removed. ``python -m livethink.serve.openapi --out docs/openapi.json`` writes the document.
+POST routes declare their bodies as pydantic models (FastAPI documents them; a body's ``Body(description=...)``
+becomes the request body's description). A streamed response names its event model (``event_stream``), which
+``openapi_schema`` adds to ``components``. Errors share one model (``ErrorResponse``, errors.py's shape).
+Validation errors are 400s here, so FastAPI's default 422 entry is removed.
+``python -m livethink.serve.openapi --out docs/openapi.json`` writes the document.
 """
 
 from __future__ import annotations
@@ -20,10 +20,9 @@ from pydantic.json_schema import models_json_schema
 from livethink.serve.protocol import ErrorResponse
 
 REF = "#/components/schemas/{model}"
-REQUEST_MODEL_KEY = "x-livethink-request-model"
 STREAM_EVENT_KEY = "x-livethink-event-model"
 
-_MODELS: dict[str, type[BaseModel]] = {}  # the models named by request_body / event_stream, by class name
+_MODELS: dict[str, type[BaseModel]] = {}  # the models named by event_stream, by class name
 
 _RETRY_AFTER = {
     "Retry-After": {"description": "whole seconds to wait before retrying", "schema": {"type": "integer"}},
@@ -53,29 +52,24 @@ def operation_id(route: APIRoute) -> str:
     return route.name
 
 
-def errors(*statuses: int) -> dict[int | str, dict[str, Any]]:
-    """``responses=`` entries for these error statuses, all with ``ErrorResponse``; 401 and 500 always."""
+PROMPT_TOO_LONG = {
+    400: "; also when the prompt the request renders is longer than the server's `max_prompt_tokens` "
+    "(`code: context_length_exceeded`)",
+}
+
+
+def errors(*statuses: int, notes: dict[int, str] | None = None) -> dict[int | str, dict[str, Any]]:
+    """``responses=`` entries for these error statuses, all with ``ErrorResponse``; 401 and 500 always.
+    ``notes``: what a route adds to a status's description."""
     out: dict[int | str, dict[str, Any]] = {}
     for status in sorted({*statuses, 401, 500}):
         description, headers = _ERRORS[status]
+        description += (notes or {}).get(status, "")
         entry: dict[str, Any] = {"model": ErrorResponse, "description": description}
         if headers:
             entry["headers"] = headers
         out[status] = entry
     return out
-
-
-def request_body(model: type[BaseModel], description: str) -> dict[str, Any]:
-    """``openapi_extra`` for a POST route whose handler parses ``model`` from the raw body itself."""
-    _MODELS[model.__name__] = model
-    return {
-        REQUEST_MODEL_KEY: model.__name__,
-        "requestBody": {
-            "required": True,
-            "description": description,
-            "content": {"application/json": {"schema": {"$ref": REF.format(model=model.__name__)}}},
-        },
-    }
 
 
 def event_stream(model: type[BaseModel], description: str) -> dict[str, Any]:
@@ -100,6 +94,11 @@ def _collect(node: Any, key: str, found: dict[str, type[BaseModel]]) -> None:
             _collect(value, key, found)
 
 
+def _component_names(models: list[tuple[type[BaseModel], str]]) -> set[str]:
+    _, defs = models_json_schema(models, ref_template=REF) if models else (None, {})
+    return set(defs.get("$defs", {}))
+
+
 def _add_components(schemas: dict[str, Any], models: list[tuple[type[BaseModel], str]]) -> None:
     if not models:
         return
@@ -108,6 +107,24 @@ def _add_components(schemas: dict[str, Any], models: list[tuple[type[BaseModel],
         if name in schemas and schemas[name] != schema:
             raise ValueError(f"OpenAPI component {name!r} has two different schemas; rename one of the models")
         schemas[name] = schema
+
+
+def _request_bodies(app: FastAPI, document: dict[str, Any]) -> list[tuple[type[BaseModel], str]]:
+    """Each route's request body, as its model's schema reads (pydantic's, in validation mode) and with its
+    ``Body(description=...)`` on the body rather than beside the ``$ref``; the body models, for ``components``."""
+    models: list[tuple[type[BaseModel], str]] = []
+    for route in app.routes:
+        if not isinstance(route, APIRoute) or route.body_field is None or not route.include_in_schema:
+            continue
+        models.append((route.body_field.field_info.annotation, "validation"))
+        for method in route.methods:
+            operation = document["paths"][route.path_format][method.lower()]
+            body = operation["requestBody"]
+            schema = body["content"]["application/json"]["schema"]
+            description = schema.pop("description", None)
+            if description:
+                operation["requestBody"] = {"description": description, **body}
+    return models
 
 
 def _drop_422(document: dict[str, Any]) -> None:
@@ -123,19 +140,15 @@ def openapi_schema(app: FastAPI) -> dict[str, Any]:
     """The app's OpenAPI document (cached on ``app.openapi_schema``, as FastAPI does)."""
     if app.openapi_schema is not None:
         return app.openapi_schema
-    document = get_openapi(
-        title=app.title,
-        version=app.version,
-        openapi_version=app.openapi_version,
-        description=app.description,
-        routes=app.routes,
-    )
-    requests: dict[str, type[BaseModel]] = {}
+    info = {"title": app.title, "version": app.version, "description": app.description}
+    document = get_openapi(**info, openapi_version=app.openapi_version, routes=app.routes)
     events: dict[str, type[BaseModel]] = {}
-    _collect(document, REQUEST_MODEL_KEY, requests)
     _collect(document, STREAM_EVENT_KEY, events)
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
-    _add_components(schemas, [(m, "validation") for m in requests.values()])
+    requests = _request_bodies(app, document)
+    for name in _component_names(requests):
+        schemas.pop(name, None)  # FastAPI's rendering of a request model; pydantic's below
+    _add_components(schemas, requests)
     _add_components(schemas, [(m, "serialization") for m in events.values()])
     _drop_422(document)
     document["components"]["securitySchemes"] = {"bearer": {"type": "http", "scheme": "bearer"}}

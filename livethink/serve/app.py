@@ -5,44 +5,33 @@ Deadlines and latency figures run on the client's clock (``clock.py``): from the
 last byte of its response; metrics, ``deadline_met`` accounting and A/B records are taken once the response
 has left. The engine processes run at a lower CPU priority than this one (``engine.nice``, ``priority.py``).
 
-Every error is JSON ``{"error": {"message", "type", "param", "code"}}``: validation errors are 400s naming the
-field, bodies over ``server.max_body_kb`` 413, unknown routes 404, anything unexpected a generic 500 without a
-stack trace (logged server-side). Each route declares its request and response models for the OpenAPI document
-(``api_docs.py``; ``docs/openapi.json``).
+Every error is JSON ``{"error": {"message", "type", "param", "code"}}`` (``routing.py``): validation errors are
+400s naming the field, bodies over ``server.max_body_kb`` 413, unknown routes 404, anything unexpected a generic
+500 without a stack trace (logged server-side). Each route declares its request body (a pydantic model, read and
+validated by FastAPI) and its response models for the OpenAPI document (``api_docs.py``; ``docs/openapi.json``).
 Bearer auth (``auth`` in the config): when API keys are set, every endpoint except ``auth.public_paths`` needs
 one; when admin keys are set, admin endpoints need one of those.
 """
 
-from __future__ import annotations
-
 import asyncio
-import contextlib
-import functools
-import gc
-import hmac
-import json
 import logging
-import os
-import sys
-import time
-from collections.abc import AsyncIterator
-from typing import Any
+from collections.abc import Callable
+from typing import Annotated, Any
 
-from fastapi import Depends, FastAPI, Request
-from fastapi.exceptions import RequestValidationError
+from fastapi import Body, Depends, FastAPI, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
-from starlette.exceptions import HTTPException as StarletteHTTPException
+from pydantic import BaseModel
 
 from livethink import __version__
 from livethink.ab_test.serving import SIMULATED_HEADER
-from livethink.serve.api_docs import errors, event_stream, install, operation_id, request_body
+from livethink.serve.api_docs import PROMPT_TOO_LONG, errors, event_stream, install, operation_id
 from livethink.serve.clock import CLOCK_KEY, Clock, RequestClock
 from livethink.serve.config import ServeConfig
-from livethink.serve.engines import EngineSet, EngineStartError, start_engines
-from livethink.serve.errors import APIError, bad_request, not_found, validation_error
-from livethink.serve.hooks import ABTestHooks, NoExperiment, ServeHooks, SpoolCollector
-from livethink.serve.metrics import CONTENT_TYPE_LATEST, ServeMetrics
-from livethink.serve.priority import deprioritize_children
+from livethink.serve.engines import EngineSet
+from livethink.serve.errors import not_found
+from livethink.serve.hooks import NoExperiment, ServeHooks
+from livethink.serve.lifespan import ENGINE_GAVE_UP_EXIT, lifespan
+from livethink.serve.metrics import CONTENT_TYPE_LATEST
 from livethink.serve.protocol import (
     AdminStatus,
     ChatCompletion,
@@ -59,167 +48,25 @@ from livethink.serve.protocol import (
     model_card,
 )
 from livethink.serve.refusals import refusing_while_idle
-from livethink.serve.responses import chat_body, livestream_body, sse_chunks
+from livethink.serve.responses import body_of, chat_response, livestream_response, sse_chunks
+from livethink.serve.routing import (
+    CLIENT_GONE,
+    ClientGone,
+    ServeRoute,
+    guard,
+    install_error_handlers,
+    require_admin,
+    require_key,
+    until_disconnect,
+)
 from livethink.serve.service import AUTO_MODEL, Job, Result, Service
-from livethink.serve.supervisor import Supervision
 
+__all__ = ["ENGINE_GAVE_UP_EXIT", "SIMULATED_HEADER", "create_app"]
 log = logging.getLogger(__name__)
-DISCONNECT_POLL_S = 0.05
-ENGINE_GAVE_UP_EXIT = 4  # the process's exit code once an engine's restart budget is spent
 
 
-class ClientGone(Exception):
-    """The client closed the connection before the reply was ready."""
-
-
-def _auth_dependency(admin: bool):
-    async def check(request: Request) -> None:
-        keys, admin_keys = request.app.state.auth_keys
-        if request.url.path in request.app.state.config.auth.public_paths:
-            return
-        required = admin_keys if (admin and admin_keys) else keys | admin_keys
-        if not required:
-            return
-        header = request.headers.get("authorization", "")
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != "bearer" or not token:
-            raise APIError(
-                401,
-                "Authorization: missing bearer token",
-                "authentication_error",
-                "Authorization",
-                "missing_api_key",
-                {"WWW-Authenticate": "Bearer"},
-            )
-        if not any(hmac.compare_digest(token.strip(), k) for k in required):
-            if admin and admin_keys and any(hmac.compare_digest(token.strip(), k) for k in keys):
-                raise APIError(
-                    403,
-                    "Authorization: this endpoint needs an admin token",
-                    "permission_error",
-                    "Authorization",
-                    "admin_required",
-                )
-            raise APIError(
-                401,
-                "Authorization: invalid bearer token",
-                "authentication_error",
-                "Authorization",
-                "invalid_api_key",
-                {"WWW-Authenticate": "Bearer"},
-            )
-
-    return check
-
-
-require_key = Depends(_auth_dependency(admin=False))
-require_admin = Depends(_auth_dependency(admin=True))
-
-
-def _install_error_handlers(app: FastAPI) -> None:
-    @app.exception_handler(APIError)
-    async def _api_error(_: Request, exc: APIError) -> JSONResponse:
-        return exc.response()
-
-    @app.exception_handler(RequestValidationError)
-    async def _validation(_: Request, exc: RequestValidationError) -> JSONResponse:
-        return validation_error(list(exc.errors())).response()
-
-    @app.exception_handler(StarletteHTTPException)
-    async def _http(_: Request, exc: StarletteHTTPException) -> JSONResponse:
-        kind = {404: "not_found_error", 405: "invalid_request_error"}.get(
-            exc.status_code, "invalid_request_error"
-        )
-        message = "no such endpoint" if exc.status_code == 404 else str(exc.detail)
-        return APIError(exc.status_code, message, kind, None, None, dict(exc.headers or {})).response()
-
-    @app.exception_handler(Exception)
-    async def _unexpected(request: Request, exc: Exception) -> JSONResponse:
-        log.exception("unhandled error on %s %s", request.method, request.url.path)
-        return APIError(500, "internal server error", "server_error").response()
-
-
-def _guard(handler: Any) -> Any:
-    """Turn an unexpected exception of an endpoint into the generic 500 JSON (logged here with its trace).
-
-    Starlette's own catch-all re-raises after answering, which makes uvicorn drop the connection; answering
-    from the endpoint keeps it a normal response.
-    """
-
-    @functools.wraps(handler)
-    async def wrapper(*args: Any, **kwargs: Any) -> Any:
-        try:
-            return await handler(*args, **kwargs)
-        except APIError:
-            raise
-        except Exception:
-            log.exception("unhandled error in %s", handler.__name__)
-            return APIError(500, "internal server error", "server_error").response()
-
-    return wrapper
-
-
-def _too_large(limit_kb: int) -> APIError:
-    return APIError(
-        413,
-        f"the request body is larger than this server's limit of {limit_kb} KiB (server.max_body_kb)",
-        "invalid_request_error",
-        None,
-        "body_too_large",
-    )
-
-
-async def _read_body(request: Request) -> bytes:
-    """The body, refused (413) past ``server.max_body_kb`` before more than that is read."""
-    limit_kb = request.app.state.config.server.max_body_kb
-    limit = limit_kb * 1024
-    declared = request.headers.get("content-length", "")
-    if declared.isdigit() and int(declared) > limit:
-        raise _too_large(limit_kb)
-    chunks, size = [], 0
-    async for chunk in request.stream():
-        size += len(chunk)
-        if size > limit:
-            raise _too_large(limit_kb)
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-async def _parse(request: Request, model: type) -> Any:
-    """Read and validate a JSON body (so malformed JSON and wrong types are our 400s)."""
-    raw = await _read_body(request)
-    if not raw.strip():
-        raise bad_request("the request body is empty (expected a JSON object)", None, "empty_body")
-    try:
-        data = json.loads(raw)
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise bad_request(f"malformed JSON body: {exc}", None, "invalid_json") from None
-    if not isinstance(data, dict):
-        raise bad_request(f"the body must be a JSON object, got {type(data).__name__}", None, "invalid_type")
-    from pydantic import ValidationError
-
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise validation_error(list(exc.errors())) from None
-
-
-async def _until_disconnect(request: Request, coro: Any) -> Any:
-    """Run ``coro``; cancel it (aborting the engine request) if the client goes away meanwhile."""
-    task = asyncio.ensure_future(coro)
-    try:
-        while True:
-            done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
-            if done:
-                return task.result()
-            if await request.is_disconnected():
-                task.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
-                raise ClientGone
-    finally:
-        if not task.done():
-            task.cancel()
+LivestreamBody = Annotated[LivestreamReplyRequest, Body(description="a viewer's question about the products on stream")]
+ChatBody = Annotated[ChatCompletionRequest, Body(description="OpenAI chat completion request (+ extensions)")]
 
 
 def _outcome_model() -> type:
@@ -228,19 +75,33 @@ def _outcome_model() -> type:
     return OutcomeIn
 
 
-def _account_at_last_byte(svc: Service, job: Job, clock: Clock) -> None:
-    """Metrics, deadline accounting and the A/B record of ``job`` wait for its response's last byte."""
+async def _require_experiment(request: Request) -> None:
+    """404 on a server without an experiment (before the body is read)."""
+    if isinstance(request.app.state.service.hooks, NoExperiment):
+        raise not_found("experiment: no experiment is configured on this server", "experiment")
+
+
+def _start(request: Request, body: LivestreamReplyRequest | ChatCompletionRequest) -> tuple[Service, Job]:
+    """The request's job, admitted (or a 4xx); its accounting waits for the response's last byte (the client's
+    clock: metrics, deadline, A/B record)."""
+    svc: Service = request.app.state.service
+    clock: Clock = request.scope[CLOCK_KEY]
+    simulated = request.headers.get(SIMULATED_HEADER) == "1"
+    prepare = svc.prepare_livestream if isinstance(body, LivestreamReplyRequest) else svc.prepare_chat
+    job = prepare(body, simulated, clock.arrival)
     job.deferred = True
     clock.on_sent(lambda t: svc.finish(job, t))
+    svc.admit(job)
+    return svc, job
 
 
-def _give_up(app: FastAPI, key: str, reason: str) -> None:
-    """An engine's restart budget is spent: stop serving and exit non-zero, so that the process's own supervisor
-    (systemd, Kubernetes, ``livethink.replicas``) restarts it."""
-    log.error("engine %s: %s; the server exits with code %d", key, reason, ENGINE_GAVE_UP_EXIT)
-    app.state.exit_code = ENGINE_GAVE_UP_EXIT
-    if app.state.request_exit is not None:
-        app.state.request_exit()
+async def _answer(request: Request, svc: Service, job: Job, build: Callable[[Result], BaseModel]) -> JSONResponse:
+    """The job's response once generated (stamped at the last moment), or 499 if the client left meanwhile."""
+    try:
+        r = await until_disconnect(request, svc.complete(job))
+    except ClientGone:
+        return JSONResponse(CLIENT_GONE, status_code=499)
+    return JSONResponse(body_of(build(svc.stamp(job, r))))
 
 
 def create_app(
@@ -248,77 +109,10 @@ def create_app(
 ) -> FastAPI:
     """The server. Engines are started in the app's lifespan (pass ``engine_set`` to inject your own)."""
 
-    @contextlib.asynccontextmanager
-    async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        metrics = ServeMetrics()
-        es = engine_set
-        t_start = time.monotonic()
-        if es is None:
-            try:
-                es = await start_engines(config)
-            except EngineStartError as exc:
-                log.error("%s", exc)
-                if app.state.exit_on_engine_error:  # the CLI: the reason, not a stack trace
-                    print(f"livethink serve: {exc}", file=sys.stderr, flush=True)
-                    os._exit(3)
-                raise
-        else:
-            for engine in es.engines.values():
-                await engine.start()
-        h = hooks
-        if h is None and config.experiment is not None:
-            h = ABTestHooks.open(
-                config.experiment.file,
-                config.experiment.store,
-                set(config.models),
-                on_error=lambda kind: metrics.ab_errors.labels(kind).inc(),
-                spool_dir=config.experiment.spool_dir,
-                spool_max_mb=config.experiment.spool_max_mb,
-            )
-        if h is not None and hasattr(h, "health"):
-            metrics.registry.register(SpoolCollector(h))
-        supervision = Supervision(
-            es.engines, config.engine.supervision(), metrics, enabled=config.engine.supervise,
-            start_s=time.monotonic() - t_start, on_give_up=functools.partial(_give_up, app),
-            on_started=lambda: deprioritize_children(config.engine.nice),
-        )  # fmt: skip
-        svc = Service(config, supervision.engines, es.engine_keys, es.capacities, h or NoExperiment(), metrics)
-        deprioritize_children(config.engine.nice)
-        if config.engine.warmup:
-            await svc.warmup()
-            deprioritize_children(config.engine.nice)  # threads the engines started on their first requests
-        # The start-up heap (torch, transformers, the engines' clients) never becomes garbage: frozen, it leaves
-        # the full collections, whose pauses stalled the event loop for ~100 ms (read as a saturated front end).
-        # vLLM's engine core does the same (vllm.utils.gc_utils.freeze_gc_heap; docs.python.org/3/library/gc.html).
-        gc.collect()
-        gc.freeze()
-        app.state.service = svc
-        app.state.engine_fallback = es.fallback_reason
-        app.state.started = int(time.time())
-        background = [asyncio.create_task(svc.controller.loop_lag.run())]
-        prober = svc.start_idle_probes()
-        if prober is not None:
-            background.append(asyncio.create_task(prober.run()))
-        app.state.supervision = supervision
-        supervision.start()
-        try:
-            yield
-        finally:
-            for task in background:
-                task.cancel()
-            await supervision.stop()
-            for engine in es.engines.values():
-                try:
-                    await engine.stop()
-                except Exception:
-                    log.warning("engine stop failed", exc_info=True)
-            if h is not None and hooks is None:
-                h.close()
-
     app = FastAPI(
         title="livethink",
         version=__version__,
-        lifespan=lifespan,
+        lifespan=lifespan(config, engine_set, hooks),
         description="Latency-budgeted livestream replies on vLLM",
         generate_unique_id_function=operation_id,
     )
@@ -333,17 +127,12 @@ def create_app(
         return svc.controller.loop_lag.value if svc is not None else 0.0
 
     app.add_middleware(RequestClock, lag=loop_lag)
-    _install_error_handlers(app)
+    app.router.route_class = ServeRoute
+    install_error_handlers(app)
     install(app)
 
     def service(request: Request) -> Service:
         return request.app.state.service
-
-    def clock(request: Request) -> Clock:
-        return request.scope[CLOCK_KEY]
-
-    def simulated(request: Request) -> bool:
-        return request.headers.get(SIMULATED_HEADER) == "1"
 
     def refresh_refusals(svc: Service) -> str | None:
         """Update the refusal gauges; the reason the server is degraded by refusals, or None."""
@@ -441,24 +230,15 @@ def create_app(
         "/v1/livestream/reply",
         dependencies=[require_key],
         tags=["livestream"],
-        responses={200: {"model": LivestreamReplyResponse}, **errors(400, 404, 413, 429, 503)},
-        openapi_extra=request_body(LivestreamReplyRequest, "a viewer's question about the products on stream"),
+        responses={200: {"model": LivestreamReplyResponse}, **errors(400, 404, 413, 429, 503, notes=PROMPT_TOO_LONG)},
     )
-    @_guard
-    async def livestream_reply(request: Request) -> JSONResponse:
-        body: LivestreamReplyRequest = await _parse(request, LivestreamReplyRequest)
-        svc = service(request)
-        c = clock(request)
-        job = svc.prepare_livestream(body, simulated(request), c.arrival)
-        _account_at_last_byte(svc, job, c)
-        svc.admit(job)
-        try:
-            r: Result = await _until_disconnect(request, svc.complete(job))
-        except ClientGone:
-            return JSONResponse(
-                {"error": {"message": "client disconnected", "type": "cancelled"}}, status_code=499
-            )
-        return JSONResponse(livestream_body(job, body, svc.stamp(job, r)))
+    @guard
+    async def livestream_reply(
+        request: Request,
+        body: LivestreamBody,
+    ) -> JSONResponse:
+        svc, job = _start(request, body)
+        return await _answer(request, svc, job, lambda r: livestream_response(job, body, r))
 
     @app.post(
         "/v1/chat/completions",
@@ -476,18 +256,15 @@ def create_app(
                     )
                 },
             },
-            **errors(400, 404, 413, 429, 503),
+            **errors(400, 404, 413, 429, 503, notes=PROMPT_TOO_LONG),
         },
-        openapi_extra=request_body(ChatCompletionRequest, "OpenAI chat completion request (+ extensions)"),
     )
-    @_guard
-    async def chat_completions(request: Request) -> Response:
-        body: ChatCompletionRequest = await _parse(request, ChatCompletionRequest)
-        svc = service(request)
-        c = clock(request)
-        job = svc.prepare_chat(body, simulated(request), c.arrival)
-        _account_at_last_byte(svc, job, c)
-        svc.admit(job)
+    @guard
+    async def chat_completions(
+        request: Request,
+        body: ChatBody,
+    ) -> Response:
+        svc, job = _start(request, body)
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return StreamingResponse(
@@ -495,29 +272,22 @@ def create_app(
                 media_type="text/event-stream",
                 headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
             )
-        try:
-            r = await _until_disconnect(request, svc.complete(job))
-        except ClientGone:
-            return JSONResponse(
-                {"error": {"message": "client disconnected", "type": "cancelled"}}, status_code=499
-            )
-        return JSONResponse(chat_body(job, svc.stamp(job, r), body.include_reasoning))
+        return await _answer(request, svc, job, lambda r: chat_response(job, r, body.include_reasoning))
+
+    outcome_model = _outcome_model()
 
     @app.post(
         "/v1/ab/outcomes",
-        dependencies=[require_key],
+        dependencies=[require_key, Depends(_require_experiment)],
         tags=["ab"],
         responses={200: {"model": OutcomeAck}, **errors(400, 404, 409, 413, 503)},
-        openapi_extra=request_body(_outcome_model(), "a viewer's outcome (click, order, ...) in an experiment"),
     )
-    @_guard
-    async def ab_outcome(request: Request) -> dict[str, Any]:
+    @guard
+    async def ab_outcome(
+        request: Request,
+        body: Annotated[outcome_model, Body(description="a viewer's outcome (click, order, ...) in an experiment")],
+    ) -> dict[str, Any]:
         svc = service(request)
-        if isinstance(svc.hooks, NoExperiment):
-            raise not_found("experiment: no experiment is configured on this server", "experiment")
-        from livethink.ab_test.events import OutcomeIn
-
-        body = await _parse(request, OutcomeIn)
         return await svc.hooks.on_outcome(body)
 
     @app.get(
@@ -526,7 +296,7 @@ def create_app(
         tags=["ab"],
         responses={200: {"model": ExperimentSummary}, **errors(403, 404)},
     )
-    @_guard
+    @guard
     async def ab_summary(request: Request, name: str) -> dict[str, Any]:
         return await asyncio.to_thread(service(request).hooks.summary, name)
 
@@ -536,7 +306,7 @@ def create_app(
         tags=["admin"],
         responses={200: {"model": AdminStatus}, **errors(403)},
     )
-    @_guard
+    @guard
     async def admin_status(request: Request) -> dict[str, Any]:
         svc = service(request)
         return {

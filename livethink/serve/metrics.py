@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import collections
+import functools
 from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
@@ -46,93 +47,41 @@ def arm_label(arm: str | None) -> str:
 class ServeMetrics:
     def __init__(self, window: int = 1000):
         r = self.registry = CollectorRegistry(auto_describe=True)
-        self.requests = Counter(
-            "livethink_requests",
-            "Requests by final status (ok, fallback, rejected, error, cancelled)",
+        counter, gauge = functools.partial(Counter, registry=r), functools.partial(Gauge, registry=r)
+        latency = functools.partial(Histogram, labelnames=LABELS, buckets=LATENCY_BUCKETS, registry=r)
+        by = functools.partial(Counter, registry=r, labelnames=LABELS)  # by endpoint, arm and model
+        self.requests = counter(
+            "livethink_requests", "Requests by final status (ok, fallback, rejected, error, cancelled)",
             (*LABELS, "status"),
-            registry=r,
         )
-        self.rejections = Counter(
-            "livethink_rejections",
-            "Requests refused with 429 (admission control)",
-            (*LABELS, "reason"),
-            registry=r,
+        self.rejections = counter(
+            "livethink_rejections", "Requests refused with 429 (admission control)", (*LABELS, "reason")
         )
-        self.ttft = Histogram(
-            "livethink_time_to_first_token_seconds",
-            "Arrival to first generated token",
-            LABELS,
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.ttfr = Histogram(
-            "livethink_time_to_first_reply_token_seconds",
-            "Arrival to first reply (content) token",
-            LABELS,
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.e2e = Histogram(
-            "livethink_e2e_seconds",
-            "Arrival to complete response",
-            LABELS,
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.queue = Histogram(
-            "livethink_queue_wait_seconds",
-            "Wait for an engine slot",
-            LABELS,
-            buckets=LATENCY_BUCKETS,
-            registry=r,
-        )
-        self.tokens = Counter(
-            "livethink_tokens", "Tokens by kind (prompt, reasoning, reply)", (*LABELS, "kind"), registry=r
-        )
+        self.ttft = latency("livethink_time_to_first_token_seconds", "Arrival to first generated token")
+        self.ttfr = latency("livethink_time_to_first_reply_token_seconds", "Arrival to first reply (content) token")
+        self.e2e = latency("livethink_e2e_seconds", "Arrival to complete response")
+        self.queue = latency("livethink_queue_wait_seconds", "Wait for an engine slot")
+        self.tokens = counter("livethink_tokens", "Tokens by kind (prompt, reasoning, reply)", (*LABELS, "kind"))
         self.reasoning_tokens = Histogram(
-            "livethink_reasoning_tokens",
-            "Reasoning tokens per reply",
-            LABELS,
-            buckets=TOKEN_BUCKETS,
-            registry=r,
+            "livethink_reasoning_tokens", "Reasoning tokens per reply", LABELS, buckets=TOKEN_BUCKETS, registry=r
         )
-        self.deadline = Counter("livethink_deadline", "Replies with a deadline", LABELS, registry=r)
-        self.deadline_met = Counter(
-            "livethink_deadline_met", "Replies sent within their deadline", LABELS, registry=r
+        self.deadline = by("livethink_deadline", "Replies with a deadline")
+        self.deadline_met = by("livethink_deadline_met", "Replies sent within their deadline")
+        self.deadline_hit_rate = gauge(
+            "livethink_deadline_hit_rate", "Share of the last replies within the deadline", ("arm", "model")
         )
-        self.deadline_hit_rate = Gauge(
-            "livethink_deadline_hit_rate",
-            "Share of the last replies within the deadline",
-            ("arm", "model"),
-            registry=r,
-        )
-        self.forced_end = Counter(
-            "livethink_forced_end_of_thinking",
-            "Replies whose thinking was cut by the budget",
-            LABELS,
-            registry=r,
-        )
-        self.fallbacks = Counter(
-            "livethink_fallbacks", "Replies replaced by the fallback at the hard deadline", LABELS, registry=r
-        )
-        self.below_floor = Counter(
+        self.forced_end = by("livethink_forced_end_of_thinking", "Replies whose thinking was cut by the budget")
+        self.fallbacks = by("livethink_fallbacks", "Replies replaced by the fallback at the hard deadline")
+        self.below_floor = counter(
             "livethink_below_min_thinking",
             "Requests whose thinking budget fell below the model's floor, by what was done (shed, fallback, answer)",
             (*LABELS, "action"),
-            registry=r,
         )
-        self.aborts = Counter(
-            "livethink_engine_aborts", "Engine requests aborted", ("model", "reason"), registry=r
-        )
-        self.in_flight = Gauge(
-            "livethink_in_flight", "Requests running on the engine", ("model",), registry=r
-        )
-        self.queued = Gauge("livethink_queued", "Requests waiting for an engine slot", ("model",), registry=r)
-        self.estimate = Gauge(
-            "livethink_estimate_seconds",
-            "Controller estimates for a new request",
-            ("model", "quantity"),
-            registry=r,
+        self.aborts = counter("livethink_engine_aborts", "Engine requests aborted", ("model", "reason"))
+        self.in_flight = gauge("livethink_in_flight", "Requests running on the engine", ("model",))
+        self.queued = gauge("livethink_queued", "Requests waiting for an engine slot", ("model",))
+        self.estimate = gauge(
+            "livethink_estimate_seconds", "Controller estimates for a new request", ("model", "quantity")
         )
         self.deadline_used = Histogram(
             "livethink_deadline_used_ratio",
@@ -148,28 +97,21 @@ class ServeMetrics:
             buckets=(-0.5, -0.25, -0.1, -0.05, -0.02, 0.0, 0.02, 0.05, 0.1, 0.25, 0.5),
             registry=r,
         )
-        self.refused_share = Gauge(
+        self.refused_share = gauge(
             "livethink_refused_share",
             "Share of requests refused with 429 over the refusal window (budget.refusal_window_s)",
-            registry=r,
         )
-        self.refusing_while_idle = Gauge(
+        self.refusing_while_idle = gauge(
             "livethink_refusing_while_idle",
             "1 while the server refuses most requests although its engines are idle (/health: degraded)",
-            registry=r,
         )
-        self.engine_up = Gauge(
-            "livethink_engine_up", "1 while the engine serves (ok or stalled), else 0", ("engine",), registry=r
-        )
-        self.engine_restarts = Counter(
+        self.engine_up = gauge("livethink_engine_up", "1 while the engine serves (ok or stalled), else 0", ("engine",))
+        self.engine_restarts = counter(
             "livethink_engine_restarts",
             "Engine restart attempts, by why it went down (died, stalled, start_failed)",
             ("engine", "reason"),
-            registry=r,
         )
-        self.ab_errors = Counter(
-            "livethink_ab_log_errors", "A/B events that could not be logged", ("kind",), registry=r
-        )
+        self.ab_errors = counter("livethink_ab_log_errors", "A/B events that could not be logged", ("kind",))
         self._window = window
         self._recent: dict[tuple[str, str], collections.deque[bool]] = {}
 

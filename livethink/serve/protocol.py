@@ -28,15 +28,16 @@ class TextPart(_Request):
 
 
 class ChatMessage(BaseModel):
+    """A message of the conversation. `content` is required, as OpenAI requires it of system, developer and user
+    messages (an assistant message may leave it out only beside `tool_calls`, which this server does not take)."""
+
     model_config = ConfigDict(strict=True, extra="ignore")
 
     role: Literal["system", "developer", "user", "assistant"]
-    content: Text | list[TextPart] | None = None
+    content: Text | list[TextPart]
     name: str | None = None
 
     def text(self) -> str:
-        if self.content is None:
-            return ""
         if isinstance(self.content, str):
             return self.content
         return "".join(p.text for p in self.content)

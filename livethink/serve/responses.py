@@ -1,4 +1,5 @@
-"""Response bodies: the livestream reply, OpenAI ``chat.completion`` and its SSE ``chat.completion.chunk``s."""
+"""Responses, built as their models (``protocol.py``): the livestream reply, OpenAI ``chat.completion`` and its SSE
+``chat.completion.chunk``s."""
 
 from __future__ import annotations
 
@@ -8,32 +9,35 @@ import logging
 from collections.abc import AsyncIterator
 from typing import Any
 
+from pydantic import BaseModel
+
 from livethink.serve.errors import APIError, sse_error
 from livethink.serve.generation import Done, Piece, Result
-from livethink.serve.protocol import LivestreamReplyRequest
+from livethink.serve.protocol import (
+    AssistantMessage,
+    BudgetOut,
+    ChatChoice,
+    ChatCompletion,
+    ChatCompletionChunk,
+    ChunkChoice,
+    ChunkDelta,
+    CompletionTokensDetails,
+    LivestreamReplyRequest,
+    LivestreamReplyResponse,
+    LivethinkFlags,
+    Timings,
+    TokenCounts,
+    Usage,
+)
 from livethink.serve.service import Job, Service
 
 log = logging.getLogger(__name__)
 
 
-def timings(r: Result) -> dict[str, Any]:
-    return {
-        "queue_ms": r.queue_ms,
-        "first_token_ms": r.first_token_ms,
-        "first_reply_token_ms": r.first_reply_token_ms,
-        "e2e_ms": r.e2e_ms,
-        "planned_ms": r.planned_ms,
-    }
-
-
-def budget(r: Result) -> dict[str, int] | None:
-    if r.budget is None:
-        return None
-    return {"thinking_cap": r.budget.thinking_cap, "reply_reserve": r.budget.reply_reserve}
-
-
-def flags(job: Job, r: Result) -> dict[str, Any]:
-    """The ``livethink`` object of chat answers: arm, deadline, budget-forcing and fallback flags, timings."""
+def _flags(job: Job, r: Result) -> dict[str, Any]:
+    """The fields of ``LivethinkFlags``: arm, deadline, budget-forcing and fallback flags, timings, budget."""
+    budget = None if r.budget is None else BudgetOut.model_validate(r.budget, from_attributes=True)
+    timings = Timings.model_validate(r, from_attributes=True)
     return {
         "experiment": job.choice.experiment,
         "arm": job.choice.arm,
@@ -43,60 +47,57 @@ def flags(job: Job, r: Result) -> dict[str, Any]:
         "fallback": r.fallback,
         "fallback_reason": r.fallback_reason,
         "cut_at_deadline": r.cut_at_deadline,
-        "timings": timings(r),
-        "budget": budget(r),
+        "timings": timings,
+        "budget": budget,
     }
 
 
-def usage(r: Result) -> dict[str, Any]:
-    return {
-        "prompt_tokens": r.prompt_tokens,
-        "completion_tokens": r.completion_tokens,
-        "total_tokens": r.prompt_tokens + r.completion_tokens,
-        "completion_tokens_details": {"reasoning_tokens": r.reasoning_tokens},
-    }
+def _usage(r: Result) -> Usage:
+    return Usage(
+        prompt_tokens=r.prompt_tokens,
+        completion_tokens=r.completion_tokens,
+        total_tokens=r.prompt_tokens + r.completion_tokens,
+        completion_tokens_details=CompletionTokensDetails(reasoning_tokens=r.reasoning_tokens),
+    )
 
 
-def livestream_body(job: Job, body: LivestreamReplyRequest, r: Result) -> dict[str, Any]:
-    return {
-        "request_id": job.request_id,
-        "viewer_id": body.viewer_id,
-        "experiment": job.choice.experiment,
-        "arm": job.choice.arm,
-        "model": job.model,
-        "reply": r.reply,
-        "reasoning": r.reasoning if body.include_reasoning else None,
-        "timings": timings(r),
-        "tokens": {
-            "prompt": r.prompt_tokens,
-            "reasoning": r.reasoning_tokens,
-            "reply": r.reply_tokens,
-            "total": r.prompt_tokens + r.completion_tokens,
-        },
-        "deadline_ms": job.deadline_ms,
-        "deadline_met": r.deadline_met,
-        "forced_end_of_thinking": r.forced_end_of_thinking,
-        "fallback": r.fallback,
-        "fallback_reason": r.fallback_reason,
-        "cut_at_deadline": r.cut_at_deadline,
-        "finish_reason": r.finish_reason,
-        "budget": budget(r),
-    }
+def livestream_response(job: Job, body: LivestreamReplyRequest, r: Result) -> LivestreamReplyResponse:
+    tokens = TokenCounts(
+        prompt=r.prompt_tokens,
+        reasoning=r.reasoning_tokens,
+        reply=r.reply_tokens,
+        total=r.prompt_tokens + r.completion_tokens,
+    )
+    return LivestreamReplyResponse(
+        request_id=job.request_id,
+        viewer_id=body.viewer_id,
+        model=job.model,
+        reply=r.reply,
+        reasoning=r.reasoning if body.include_reasoning else None,
+        tokens=tokens,
+        finish_reason=r.finish_reason,
+        **_flags(job, r),
+    )
 
 
-def chat_body(job: Job, r: Result, include_reasoning: bool) -> dict[str, Any]:
-    message: dict[str, Any] = {"role": "assistant", "content": r.reply}
+def chat_response(job: Job, r: Result, include_reasoning: bool) -> ChatCompletion:
+    message = AssistantMessage(role="assistant", content=r.reply)
     if include_reasoning:  # both names, as vLLM's reasoning parsers send them
-        message["reasoning"] = message["reasoning_content"] = r.reasoning or None
-    return {
-        "id": job.request_id,
-        "object": "chat.completion",
-        "created": job.created,
-        "model": job.model,
-        "choices": [{"index": 0, "message": message, "finish_reason": r.finish_reason, "logprobs": None}],
-        "usage": usage(r),
-        "livethink": flags(job, r),
-    }
+        message.reasoning = message.reasoning_content = r.reasoning or None
+    return ChatCompletion(
+        id=job.request_id,
+        object="chat.completion",
+        created=job.created,
+        model=job.model,
+        choices=[ChatChoice(index=0, message=message, finish_reason=r.finish_reason, logprobs=None)],
+        usage=_usage(r),
+        livethink=LivethinkFlags(**_flags(job, r)),
+    )
+
+
+def body_of(response: BaseModel) -> dict[str, Any]:
+    """The JSON body of a response model: the fields that were set (an unasked ``reasoning`` stays absent)."""
+    return response.model_dump(mode="json", exclude_unset=True)
 
 
 async def sse_chunks(
@@ -105,19 +106,19 @@ async def sse_chunks(
     """Server-sent ``chat.completion.chunk`` events: role, reasoning / content pieces, the finish chunk (with
     ``livethink`` flags), the usage chunk (``choices: []``) if asked, then ``data: [DONE]``."""
 
-    def event(choices: list[dict[str, Any]], **extra: Any) -> str:
-        payload = {
-            "id": job.request_id,
-            "object": "chat.completion.chunk",
-            "created": job.created,
-            "model": job.model,
-            "choices": choices,
+    def event(choices: list[ChunkChoice], **extra: Any) -> str:
+        payload = ChatCompletionChunk(
+            id=job.request_id,
+            object="chat.completion.chunk",
+            created=job.created,
+            model=job.model,
+            choices=choices,
             **extra,
-        }
-        return f"data: {json.dumps(payload)}\n\n"
+        )
+        return f"data: {json.dumps(body_of(payload))}\n\n"
 
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
-        return event([{"index": 0, "delta": delta, "finish_reason": finish, "logprobs": None}], **extra)
+        return event([ChunkChoice(index=0, delta=ChunkDelta(**delta), finish_reason=finish, logprobs=None)], **extra)
 
     yield chunk({"role": "assistant", "content": ""})
     sent_reply = False
@@ -133,9 +134,9 @@ async def sse_chunks(
                 r = item.result
                 if r.fallback and not sent_reply:
                     yield chunk({"content": r.reply})
-                yield chunk({}, r.finish_reason, livethink=flags(job, r))
+                yield chunk({}, r.finish_reason, livethink=LivethinkFlags(**_flags(job, r)))
                 if include_usage:
-                    yield event([], usage=usage(r))
+                    yield event([], usage=_usage(r))
     except asyncio.CancelledError:
         raise
     except APIError as exc:
