@@ -27,12 +27,13 @@ import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlparse
 
 import openai
 
+from livethink.config_sections import from_options
 from livethink.data.prompt import build_messages
 from livethink.data.schema import Task
 from livethink.openai_client import EndpointError, achat, async_client, resolve_api_key
@@ -80,11 +81,7 @@ class OpenAITeacherConfig:
 
     @classmethod
     def from_dict(cls, options: dict[str, Any]) -> OpenAITeacherConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(f"unknown openai teacher option(s) {unknown}; known: {sorted(known)}")
-        return cls(**options)
+        return from_options(cls, options, "openai teacher")
 
 
 class _RateLimiter:

@@ -12,10 +12,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from livethink.config_sections import from_options
 from livethink.data.prompt import build_messages, completion_prefix, render_prompt
 from livethink.data.reasoning_format import ReasoningFormat, resolve
 from livethink.data.schema import Task
@@ -48,11 +49,7 @@ class TransformersTeacherConfig:
 
     @classmethod
     def from_dict(cls, options: dict[str, Any]) -> TransformersTeacherConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(f"unknown transformers teacher option(s) {unknown}; known: {sorted(known)}")
-        return cls(**options)
+        return from_options(cls, options, "transformers teacher")
 
 
 class TransformersTeacher:

@@ -22,10 +22,11 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from livethink.config_sections import from_options
 from livethink.data.prompt import build_messages, completion_prefix, render_prompt_ids
 from livethink.data.reasoning_format import ReasoningFormat, resolve
 from livethink.data.schema import Task
@@ -63,11 +64,7 @@ class VLLMTeacherConfig:
 
     @classmethod
     def from_dict(cls, options: dict[str, Any]) -> VLLMTeacherConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(f"unknown vllm teacher option(s) {unknown}; known: {sorted(known)}")
-        return cls(**options)
+        return from_options(cls, options, "vllm teacher")
 
 
 class VLLMTeacher:
