@@ -86,14 +86,14 @@ def _json_value(text: str) -> Any:
         raise ValueError(f"not JSON: {exc}") from None
 
 
-def _parser(config_classes: tuple[type, ...]):
+def _parser(config_classes: tuple[type, ...], prog: str | None = None):
     from transformers import HfArgumentParser
 
     class Parser(HfArgumentParser):
         def error(self, message: str):  # argparse prints the usage and exits; a config mistake says what it is
             raise ConfigError(message.replace("argument ", "", 1))
 
-    parser = Parser(config_classes)
+    parser = Parser(config_classes, prog=prog)
     for action in parser._actions:  # mappings (extra_body, ...) come as JSON on the command line
         if typing.get_origin(action.type) is dict or action.type is dict:
             action.type = _json_value
@@ -124,7 +124,8 @@ def pop_config(argv: list[str]) -> dict[str, Any]:
     return {}
 
 
-def parse_config(config_cls: type, argv: list[str], config: dict[str, Any], sections: dict[str, type]):
+def parse_config(config_cls: type, argv: list[str], config: dict[str, Any], sections: dict[str, type],
+                 prog: str | None = None):
     """One ``config_cls`` from the YAML mapping ``config`` (``env:`` is exported) and ``argv`` (which overrides it)."""
     config = flatten_sections(dict(config), sections)
     env = config.pop("env", None) or {}
@@ -136,7 +137,7 @@ def parse_config(config_cls: type, argv: list[str], config: dict[str, Any], sect
     unknown = sorted(set(config) - known)
     if unknown:
         raise ConfigError(f"unknown key(s) in the config file: {', '.join(unknown)} (see --help for the options)")
-    parser = _parser((config_cls,))
+    parser = _parser((config_cls,), prog)
     parser.set_defaults(**config)
     (cfg, rest) = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if rest:
@@ -144,14 +145,15 @@ def parse_config(config_cls: type, argv: list[str], config: dict[str, Any], sect
     return cfg
 
 
-def load_training_config(config_cls: type, argv: list[str], sections: dict[str, type], *, cpu_override: bool):
+def load_training_config(config_cls: type, argv: list[str], sections: dict[str, type], *, cpu_override: bool,
+                         prog: str | None = None):
     """``--config`` + ``argv`` → ``config_cls``; ``cpu_override``: check on the CPU (``--use_cpu true --bf16
     false`` appended) because a machine without a GPU refuses bf16. Raises ``ConfigError``/``ValueError``/``TypeError``."""
     argv = list(argv)
     config = pop_config(argv)
     if cpu_override:
         argv += ["--use_cpu", "true", "--bf16", "false"]
-    return parse_config(config_cls, argv, config, sections)
+    return parse_config(config_cls, argv, config, sections, prog)
 
 
 def requested_hardware(config: dict[str, Any], argv: list[str]) -> dict[str, Any]:

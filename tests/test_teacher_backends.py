@@ -95,14 +95,14 @@ def test_cli_config_overrides_and_errors(tmp_path, liveshop_small, capsys):
     write_jsonl(liveshop_small.tasks["train"][:6], tmp_path / "train.jsonl")
     config = tmp_path / "teacher.yaml"
     config.write_text(f"data: {tmp_path}\nk: 2\nout: {tmp_path / 'a'}\nteacher:\n  type: scripted\n"
-                      "sampling:\n  temperature: 0.5\n")
-    assert teacher_cli.main(["--config", str(config), "--limit", "4", "--k", "3", "--error_rate", "0.0",
-                             "--sampling.max_tokens", "4000", "--no-progress"]) == 0
+                      "  temperature: 0.5\n")
+    assert teacher_cli.main(["--config", str(config), "--limit", "4", "--k", "3", "--teacher-error-rate", "0.0",
+                             "--teacher_max_tokens", "4000", "--no-progress"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["tasks_complete"] == 4 and summary["samples"] == 12 and summary["failed_samples"] == 0
     assert json.loads((tmp_path / "a" / "manifest.json").read_text())["sampling"]["temperature"] == 0.5
     assert teacher_cli.main(["--config", str(config), "--bogus", "1"]) == 2
-    assert "unknown key(s) ['bogus']" in capsys.readouterr().err
+    assert "unknown option(s): --bogus 1" in capsys.readouterr().err
     assert teacher_cli.main(["--data", str(tmp_path / "nope"), "--out", str(tmp_path / "b")]) == 1
     assert teacher_cli.main(["--config", str(config), "--k", "0"]) == 2
 

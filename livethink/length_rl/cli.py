@@ -84,7 +84,7 @@ def parse_config(argv: list[str], config: dict[str, Any]):
     from livethink.config_sections import parse_config as parse
     from livethink.length_rl.config import SECTIONS, GRPOVariantConfig
 
-    return parse(GRPOVariantConfig, list(argv), config, SECTIONS)
+    return parse(GRPOVariantConfig, list(argv), config, SECTIONS, prog="livethink grpo")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -109,7 +109,7 @@ def main(argv: list[str] | None = None) -> int:
             import torch
 
             cpu_override = not torch.cuda.is_available()  # TrainingArguments refuses bf16 without a GPU
-        cfg = load_training_config(GRPOVariantConfig, argv, SECTIONS, cpu_override=cpu_override)
+        cfg = load_training_config(GRPOVariantConfig, argv, SECTIONS, cpu_override=cpu_override, prog="livethink grpo")
         if not dry:
             require_ok(cfg)
     except (ValueError, TypeError) as exc:

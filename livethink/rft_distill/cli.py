@@ -26,7 +26,7 @@ def main(argv: list[str] | None = None) -> int:
     dry = pop_dry_run(argv)
     try:
         # Without a GPU, TrainingArguments refuses bf16; a dry run checks everything else on the CPU.
-        cfg = load_training_config(RFTConfig, argv, SECTIONS, cpu_override=dry)
+        cfg = load_training_config(RFTConfig, argv, SECTIONS, cpu_override=dry, prog="livethink rft")
         if not dry:
             require_ok(cfg)
     except (ValueError, TypeError) as exc:
