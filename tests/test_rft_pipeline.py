@@ -88,7 +88,7 @@ def test_prod_rft_config_dry_run():
     out = _rft(["--config", str(ROOT / "configs/prod/rft.yaml"), "--dry-run"])
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)
-    assert report["ok"] and report["teacher"] == "openai" and report["k"] == 8
+    assert report["ok"] and report["teacher"]["type"] == "openai" and report["k"] == 8
 
 
 def test_smollm2_rft_config_dry_run_without_the_checkpoint(tmp_path):
