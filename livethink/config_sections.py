@@ -16,7 +16,9 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import typing
+from collections.abc import Callable
 from dataclasses import MISSING, field, fields, make_dataclass
 from typing import Any
 
@@ -156,6 +158,29 @@ def load_training_config(config_cls: type, argv: list[str], sections: dict[str, 
     return parse_config(config_cls, argv, config, sections, prog)
 
 
+def training_main(command: str, argv: list[str], load: Callable[[list[str], bool], Any],
+                  check: Callable[[Any], dict[str, Any]], run: Callable[[Any], int]) -> int:
+    """The shape of every training command: ``load(argv, dry)`` the config, ``check`` it (the dry-run report, with
+    ``problems`` and ``ok``), then print the report (``--dry-run``: exit 0 when ok, else 1) or ``run`` it (a problem:
+    exit 2 before anything expensive). A config mistake is one line on stderr, exit 2."""
+    quiet_trl_vllm_warning()
+    argv = list(argv)
+    dry = pop_dry_run(argv)
+    try:
+        cfg = load(argv, dry)
+        report = check(cfg)
+    except (ValueError, TypeError) as exc:
+        print(f"livethink {command}: invalid config: {exc}", file=sys.stderr)
+        return 2
+    if dry:
+        print(json.dumps(report, indent=2, default=str))
+        return 0 if report["ok"] else 1
+    if report["problems"]:
+        print(f"livethink {command}: invalid config: {'; '.join(report['problems'])}", file=sys.stderr)
+        return 2
+    return run(cfg)
+
+
 def requested_hardware(config: dict[str, Any], argv: list[str]) -> dict[str, Any]:
     """bf16 / use_cpu as the YAML and command line ask, before a GPU-less dry run overrides them."""
     values = {k: config.get(k) for k in ("bf16", "use_cpu")}
@@ -199,4 +224,4 @@ def check_url(name: str, url: str | None) -> str | None:
 
 __all__ = ["ConfigError", "check_url", "flatten_sections", "from_options", "load_training_config",
            "parse_config", "pop_config", "pop_dry_run", "quiet_trl_vllm_warning", "requested_hardware",
-           "section_fields", "section_settings"]
+           "section_fields", "section_settings", "training_main"]

@@ -130,3 +130,18 @@ def test_smollm2_gguf_through_local_vllm(liveshop_small):
     assert [(s.task_id, s.sample_index) for s in samples] == [(t.id, i) for t in tasks for i in range(2)]
     assert all(s.meta["prompt_tokens"] > 100 and 1 <= s.meta["completion_tokens"] <= 48 for s in samples)
     assert any(s.ok and len(s.reply.split()) >= 3 for s in samples)  # real English text came back
+
+
+def test_teacher_settings_owners_are_the_backends_options():
+    """TeacherSettings' per-backend fields are exactly the options each backend's config takes."""
+    from dataclasses import fields
+
+    from livethink.rft_distill.teachers.openai_compat import OpenAITeacherConfig
+    from livethink.rft_distill.teachers.settings import OWNERS, TeacherSettings
+    from livethink.rft_distill.teachers.transformers_local import TransformersTeacherConfig
+    from livethink.rft_distill.teachers.vllm_local import VLLMTeacherConfig
+
+    for kind, cls in (("openai", OpenAITeacherConfig), ("vllm", VLLMTeacherConfig),
+                      ("transformers", TransformersTeacherConfig)):
+        assert set(OWNERS[kind]) == {f.name for f in fields(cls)} - {"name"}, kind
+    assert set(TeacherSettings.backend_fields()) == {n for names in OWNERS.values() for n in names}

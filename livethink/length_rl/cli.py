@@ -9,19 +9,11 @@ first expensive step, without loading weights or a GPU (used for `configs/prod/`
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
-
-
-def require_ok(cfg) -> None:
-    """Raise ``ValueError`` with the problems ``dry_run`` finds (before any weights load)."""
-    report = dry_run(cfg)
-    if report["problems"]:
-        raise ValueError("; ".join(report["problems"]))
 
 
 def dry_run(cfg) -> dict[str, Any]:
@@ -88,43 +80,32 @@ def parse_config(argv: list[str], config: dict[str, Any]):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from livethink.config_sections import (
-        load_training_config,
-        pop_config,
-        pop_dry_run,
-        quiet_trl_vllm_warning,
-        requested_hardware,
-    )
+    from livethink.config_sections import load_training_config, pop_config, requested_hardware, training_main
 
-    quiet_trl_vllm_warning()
-    argv = list(sys.argv[1:] if argv is None else argv)
-    dry = pop_dry_run(argv)
     hardware: dict[str, Any] = {}
-    try:
+
+    def load(args: list[str], dry: bool):
         from livethink.length_rl.config import SECTIONS, GRPOVariantConfig
 
         cpu_override = False
         if dry:
-            hardware = requested_hardware(pop_config(list(argv)), argv)
+            hardware.update(requested_hardware(pop_config(list(args)), args))
             import torch
 
             cpu_override = not torch.cuda.is_available()  # TrainingArguments refuses bf16 without a GPU
-        cfg = load_training_config(GRPOVariantConfig, argv, SECTIONS, cpu_override=cpu_override, prog="livethink grpo")
-        if not dry:
-            require_ok(cfg)
-    except (ValueError, TypeError) as exc:
-        print(f"livethink grpo: invalid config: {exc}", file=sys.stderr)
-        return 2
-    if dry:
-        report = dry_run(cfg) | hardware
-        print(json.dumps(report, indent=2, default=str))
-        return 0 if report["ok"] else 1
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from livethink.length_rl.script import run_grpo
+        return load_training_config(GRPOVariantConfig, args, SECTIONS, cpu_override=cpu_override,
+                                    prog="livethink grpo")
 
-    final = run_grpo(cfg)
-    print(f"GRPO ({cfg.variant}) policy saved to {final}")
-    return 0
+    def run(cfg) -> int:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        from livethink.length_rl.script import run_grpo
+
+        final = run_grpo(cfg)
+        print(f"GRPO ({cfg.variant}) policy saved to {final}")
+        return 0
+
+    return training_main("grpo", sys.argv[1:] if argv is None else argv, load,
+                         lambda cfg: dry_run(cfg) | hardware, run)
 
 
 if __name__ == "__main__":

@@ -115,32 +115,25 @@ def run(cfg: TeacherRunConfig):
 
 
 def main(argv: list[str] | None = None) -> int:
-    from livethink.config_sections import pop_dry_run
+    from livethink.config_sections import training_main
 
-    argv = list(sys.argv[1:] if argv is None else argv)
-    dry = pop_dry_run(argv)
-    try:
-        cfg = parse_args(argv)
-    except (ValueError, TypeError) as exc:
-        print(f"livethink teacher: invalid config: {exc}", file=sys.stderr)
-        return 2
-    if dry:
-        report = dry_run(cfg)
-        print(json.dumps(report, indent=2, default=str))
-        return 0 if report["ok"] else 1
-    try:
-        summary = run(cfg)
-    except KeyboardInterrupt as exc:
-        print(f"livethink teacher: {exc or 'interrupted'}", file=sys.stderr)
-        return 130
-    except FileNotFoundError as exc:
-        print(f"livethink teacher: {exc}", file=sys.stderr)
-        return 1
-    except (ValueError, TypeError) as exc:
-        print(f"livethink teacher: invalid config: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(summary.as_dict(), indent=2))
-    return 0
+    def run_and_report(cfg: TeacherRunConfig) -> int:
+        try:
+            summary = run(cfg)
+        except KeyboardInterrupt as exc:
+            print(f"livethink teacher: {exc or 'interrupted'}", file=sys.stderr)
+            return 130
+        except FileNotFoundError as exc:
+            print(f"livethink teacher: {exc}", file=sys.stderr)
+            return 1
+        except (ValueError, TypeError) as exc:
+            print(f"livethink teacher: invalid config: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(summary.as_dict(), indent=2))
+        return 0
+
+    return training_main("teacher", sys.argv[1:] if argv is None else argv, lambda args, _dry: parse_args(args),
+                         dry_run, run_and_report)
 
 
 if __name__ == "__main__":
