@@ -88,6 +88,9 @@ def _json_value(text: str) -> Any:
         raise ValueError(f"not JSON: {exc}") from None
 
 
+_json_value.__name__ = "JSON"  # argparse's message: "invalid JSON value: ..."
+
+
 def _parser(config_classes: tuple[type, ...], prog: str | None = None):
     from transformers import HfArgumentParser
 
@@ -96,8 +99,9 @@ def _parser(config_classes: tuple[type, ...], prog: str | None = None):
             raise ConfigError(message.replace("argument ", "", 1))
 
     parser = Parser(config_classes, prog=prog)
-    for action in parser._actions:  # mappings (extra_body, ...) come as JSON on the command line
-        if typing.get_origin(action.type) is dict or action.type is dict:
+    for action in parser._actions:
+        action.option_strings.sort(key=lambda flag: "_" in flag)  # --help shows the dash spelling first
+        if typing.get_origin(action.type) is dict or action.type is dict:  # mappings (extra_body, ...) are JSON
             action.type = _json_value
     return parser
 
