@@ -18,6 +18,7 @@ import json
 import os
 import sys
 import typing
+from argparse import ArgumentTypeError
 from collections.abc import Callable
 from dataclasses import MISSING, field, fields, make_dataclass
 from typing import Any
@@ -106,6 +107,35 @@ def _parser(config_classes: tuple[type, ...], prog: str | None = None):
     return parser
 
 
+def _typed_yaml(parser: Any, config: dict[str, Any]) -> dict[str, Any]:
+    """The YAML's scalar values converted as the same flag would be (argparse leaves defaults as they are), so
+    ``k: many`` is refused as ``--k many`` is, naming the key."""
+    actions = {action.dest: action for action in parser._actions}
+    out = dict(config)
+    for key, value in config.items():
+        action = actions.get(key)
+        kind = getattr(action, "type", None)
+        if value is None or kind is None or isinstance(value, list | dict):
+            continue
+        name = getattr(kind, "__name__", "")
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        try:
+            if kind is int and not (number and float(value).is_integer()):
+                out[key] = int(value) if isinstance(value, str) else _not(value)
+            elif kind is float and not number:
+                out[key] = float(value) if isinstance(value, str) else _not(value)
+            elif name == "string_to_bool" and not isinstance(value, bool):
+                out[key] = kind(str(value))
+        except (TypeError, ValueError, ArgumentTypeError):
+            label = "boolean" if name == "string_to_bool" else name
+            raise ConfigError(f"{key}: invalid {label} value in the config file: {value!r}") from None
+    return out
+
+
+def _not(value: Any) -> Any:
+    raise ValueError(value)
+
+
 def pop_dry_run(argv: list[str]) -> bool:
     """Remove ``--dry-run`` (or ``--dry_run``) from ``argv``; whether it was there."""
     found = any(a in DRY_RUN_FLAGS for a in argv)
@@ -144,7 +174,7 @@ def parse_config(config_cls: type, argv: list[str], config: dict[str, Any], sect
     if unknown:
         raise ConfigError(f"unknown key(s) in the config file: {', '.join(unknown)} (see --help for the options)")
     parser = _parser((config_cls,), prog)
-    parser.set_defaults(**config)
+    parser.set_defaults(**_typed_yaml(parser, config))
     (cfg, rest) = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if rest:
         raise ConfigError(f"unknown option(s): {' '.join(rest)} (see --help for the options)")

@@ -93,6 +93,11 @@ def test_every_listed_mistake_is_refused_with_its_field(tmp_path, tiny_moe):
     legacy.write_text(f"base: {CONFIGS / 'tiny/rft.yaml'}\njudge_json_mode: schema\n")
     flat_teacher = tmp_path / "flat.yaml"
     flat_teacher.write_text(f"base: {CONFIGS / 'tiny/rft.yaml'}\nteacher: scripted\n")
+    typo = tmp_path / "typo.yaml"
+    typo.write_text(f"base: {CONFIGS / 'tiny/rft.yaml'}\nk: many\n")
+    slow = tmp_path / "slow.yaml"
+    slow.write_text(f"base: {CONFIGS / 'tiny/grpo_dot.yaml'}\n"
+                    "judge: {type: llm, base_url: 'http://127.0.0.1:9/v1', model: m, timeout_s: slow}\n")
     old_sampling = tmp_path / "teacher.yaml"
     old_sampling.write_text("teacher: {type: scripted}\nsampling: {temperature: 0.5}\n")
     rft, dot, drpo = "configs/tiny/rft.yaml", "configs/tiny/grpo_dot.yaml", "configs/tiny/grpo_drpo.yaml"
@@ -103,6 +108,8 @@ def test_every_listed_mistake_is_refused_with_its_field(tmp_path, tiny_moe):
             ("teacher_error_rate", "'scripted'", "'openai'"),
         ("rft", "--config", rft, "--k", "many", "--dry-run"): ("--k", "many"),
         ("rft", "--config", rft, "--bogus", "1", "--dry-run"): ("--bogus",),
+        ("rft", "--config", str(typo), "--dry-run"): ("k:", "many"),
+        ("grpo", "--config", str(slow), "--dry-run"): ("judge_timeout_s", "slow"),
         ("rft", "--config", str(legacy), "--dry-run"): ("judge_json_mode", "json_mode"),
         ("rft", "--config", str(flat_teacher), "--dry-run"): ("teacher:", "mapping"),
         ("rft", "--config", rft, "--judge-json-mode", "schema", "--dry-run"): ("judge_json_mode", "'llm'"),

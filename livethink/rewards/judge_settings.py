@@ -62,7 +62,7 @@ class JudgeSettings:
         try:
             LLMJudgeConfig.from_dict({k: v for k, v in config.items() if k != "name"})
         except (TypeError, ValueError) as exc:
-            raise ConfigError(f"judge: {exc}") from None
+            raise ConfigError(f"judge_{exc}") from None  # the LLM judge's message starts with the field
         return config
 
     def describe(self) -> dict[str, Any]:

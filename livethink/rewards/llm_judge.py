@@ -94,8 +94,10 @@ class LLMJudgeConfig:
             raise ValueError(f"json_mode must be none, json_object or schema, got {self.json_mode!r}")
         if self.on_error not in ("reject", "raise"):
             raise ValueError(f"on_error must be 'reject' or 'raise', got {self.on_error!r}")
-        if self.max_concurrency < 1 or self.max_retries < 0 or self.timeout_s <= 0:
-            raise ValueError("need max_concurrency >= 1, max_retries >= 0, timeout_s > 0")
+        for name, low, ok in (("max_concurrency", 1, self.max_concurrency >= 1),
+                              ("max_retries", 0, self.max_retries >= 0), ("timeout_s", 0, self.timeout_s > 0)):
+            if not ok:
+                raise ValueError(f"{name}: must be {'>' if name == 'timeout_s' else '>='} {low}, got {getattr(self, name)!r}")
 
     @classmethod
     def from_dict(cls, options: dict[str, Any]) -> LLMJudgeConfig:
