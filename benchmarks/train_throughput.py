@@ -1,7 +1,7 @@
 """Training throughput of a student on CPU: forward + backward (+ AdamW step), tokens/s.
 
     .venv/bin/python benchmarks/train_throughput.py [--config configs/tiny/student.yaml] [--batch 16 --seq 256]
-    .venv/bin/python benchmarks/train_throughput.py --config configs/tiny/student_smollm2.yaml --batch 8 --seq 600 \
+    .venv/bin/python benchmarks/train_throughput.py --config configs/smollm2/student_liveshop.yaml --batch 8 --seq 600 \
         --steps 2 --tag smollm2      # a pretrained student (here SmolLM2-135M-Instruct, converted on first use)
 
 Random token ids (throughput does not depend on the text); the LM loss includes the router aux loss, as in

@@ -99,7 +99,8 @@ def _rft_teacher_options() -> list[str]:
     """The eval's scripted teacher as the RFT config samples it (its opener rate)."""
     import yaml
 
-    rate = (yaml.safe_load((ROOT / "configs/tiny/rft.yaml").read_text()) or {}).get("teacher_opener_rate")
+    teacher = (yaml.safe_load((ROOT / "configs/tiny/rft.yaml").read_text()) or {}).get("teacher") or {}
+    rate = teacher.get("opener_rate")
     return [] if rate is None else ["--teacher-opener-rate", str(rate)]
 
 

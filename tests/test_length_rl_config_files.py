@@ -58,7 +58,7 @@ def test_missing_base_and_unknown_keys_are_clear_cli_errors(tmp_path, capsys):
     assert "invalid config" in err and "nowhere.yaml not found (the base of" in err and "Traceback" not in err
     (tmp_path / "w.yaml").write_text(f"base: {CONFIGS / 'tiny' / 'grpo_base.yaml'}\nvariant: dot\ndot_alhpa: 2\n")
     assert main(["--config", str(tmp_path / "w.yaml"), "--dry-run"]) == 2
-    assert "unknown options in the config file: --dot_alhpa" in capsys.readouterr().err
+    assert "unknown key(s) in the config file: dot_alhpa" in capsys.readouterr().err
     assert main(["--config", str(tmp_path / "none.yaml"), "--dry-run"]) == 2
     assert "none.yaml not found" in capsys.readouterr().err
 

@@ -250,3 +250,21 @@ def test_parse_verdict(content, expected):
 def test_parse_verdict_rejects_garbage():
     with pytest.raises(ValueError):
         parse_verdict("I think it is fine.")
+
+
+def test_judge_settings_are_the_llm_judges_options():
+    """One spelling: JudgeSettings' json_mode (none | json_object | schema) and options reach LLMJudgeConfig."""
+    from dataclasses import fields
+
+    from livethink.config_sections import ConfigError
+    from livethink.rewards.judge_settings import LLM_ONLY, JudgeSettings
+
+    assert set(LLM_ONLY) <= {f.name for f in fields(LLMJudgeConfig)}
+    config = JudgeSettings(type="llm", base_url="http://127.0.0.1:9/v1", model="m", json_mode="json_object",
+                           max_retries=1).judge_config()
+    assert LLMJudgeConfig.from_dict({k: v for k, v in config.items() if k != "name"}).json_mode is True
+    assert LLMJudgeConfig(json_mode="none").json_mode is False and LLMJudgeConfig(json_mode="schema").json_mode == "schema"
+    with pytest.raises(ConfigError, match="judge_base_url: belongs to judge type 'llm'"):
+        JudgeSettings(base_url="http://x")
+    with pytest.raises(ConfigError, match="judge_max_retries"):
+        JudgeSettings(type="llm", base_url="http://x", model="m", max_retries=-1)

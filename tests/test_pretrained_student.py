@@ -1,7 +1,7 @@
 """Pretrained students with LoRA and tied embeddings through stage 1 and 2.
 
 Stage 1 runs the user's command on the real SmolLM2-135M-Instruct (``livethink rft --config
-configs/tiny/rft_smollm2.yaml``, two steps) and saves the adapter and the merged weights; both load, the way
+configs/smollm2/rft_liveshop.yaml``, two steps) and saves the adapter and the merged weights; both load, the way
 ``livethink serve`` loads them (``path``; ``path`` + ``lora``), and give the same logits. Stage 2 (GRPO) runs on a
 tiny Llama with tied embeddings, the shape of SmolLM2 (a SmolLM2 GRPO step takes minutes on two shared cores).
 """
@@ -38,10 +38,10 @@ def stage1(tmp_path_factory, liveshop_small, smollm2_dir):
     for split, tasks in liveshop_small.tasks.items():
         write_jsonl(tasks, root / "data" / f"{split}.jsonl")
     student_yaml = root / "student.yaml"
-    student_yaml.write_text((ROOT / "configs/tiny/student_smollm2.yaml").read_text()
+    student_yaml.write_text((ROOT / "configs/smollm2/student_liveshop.yaml").read_text()
                             .replace("pretrained: ~/.cache/livethink/smollm2-135m-instruct",
                                      f"pretrained: {smollm2_dir}"))
-    argv = ["--config", str(ROOT / "configs/tiny/rft_smollm2.yaml"), "--output_dir", str(root / "rft"),
+    argv = ["--config", str(ROOT / "configs/smollm2/rft_liveshop.yaml"), "--output_dir", str(root / "rft"),
             "--data_dir", str(root / "data"), "--n_prompts", "4", "--k", "2", "--student_config", str(student_yaml),
             "--max_steps", "2", "--per_device_train_batch_size", "1", "--max_length", "1024",
             "--save_strategy", "no", "--logging_steps", "1", "--train_sampling_strategy", "random"]

@@ -88,14 +88,14 @@ def test_prod_rft_config_dry_run():
     out = _rft(["--config", str(ROOT / "configs/prod/rft.yaml"), "--dry-run"])
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)
-    assert report["ok"] and report["teacher"] == "openai" and report["k"] == 8
+    assert report["ok"] and report["teacher"]["type"] == "openai" and report["k"] == 8
 
 
 def test_smollm2_rft_config_dry_run_without_the_checkpoint(tmp_path):
-    """configs/tiny/rft_smollm2.yaml parses; a pretrained student not yet converted is a note, not a crash."""
+    """configs/smollm2/rft_liveshop.yaml parses; a pretrained student not yet converted is a note, not a crash."""
     env = {k: v for k, v in os.environ.items() if k not in DIST_VARS} | {"HOME": str(tmp_path)}
     out = subprocess.run([sys.executable, "-m", "livethink.cli", "rft", "--config",
-                          str(ROOT / "configs/tiny/rft_smollm2.yaml"), "--dry-run"],
+                          str(ROOT / "configs/smollm2/rft_liveshop.yaml"), "--dry-run"],
                          capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)

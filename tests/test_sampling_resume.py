@@ -39,9 +39,9 @@ def _complete_lines(out: Path, k: int = K) -> dict[str, list[str]]:
 
 def _cli(base_url: str, data: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "livethink.cli", "teacher", "--data", str(data), "--k", str(K),
-            "--teacher", "openai", "--base-url", base_url, "--model", "fake-r1", "--out", str(out),
-            "--concurrency", "3", "--timeout_s", "0.5", "--max_retries", "2",
-            "--api_key_env", "LIVETHINK_TEST_NO_KEY", "--max_tokens", "512", "--no-progress"]
+            "--teacher-type", "openai", "--teacher-base-url", base_url, "--teacher-model", "fake-r1", "--out", str(out),
+            "--teacher-concurrency", "3", "--teacher-timeout-s", "0.5", "--teacher-max-retries", "2",
+            "--teacher-api-key-env", "LIVETHINK_TEST_NO_KEY", "--teacher-max-tokens", "512", "--no-progress"]
 
 
 def _wait_for_tasks(out: Path, n: int, proc: subprocess.Popen, limit_s: float = 30) -> None:

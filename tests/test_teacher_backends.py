@@ -95,14 +95,14 @@ def test_cli_config_overrides_and_errors(tmp_path, liveshop_small, capsys):
     write_jsonl(liveshop_small.tasks["train"][:6], tmp_path / "train.jsonl")
     config = tmp_path / "teacher.yaml"
     config.write_text(f"data: {tmp_path}\nk: 2\nout: {tmp_path / 'a'}\nteacher:\n  type: scripted\n"
-                      "sampling:\n  temperature: 0.5\n")
-    assert teacher_cli.main(["--config", str(config), "--limit", "4", "--k", "3", "--error_rate", "0.0",
-                             "--sampling.max_tokens", "4000", "--no-progress"]) == 0
+                      "  temperature: 0.5\n")
+    assert teacher_cli.main(["--config", str(config), "--limit", "4", "--k", "3", "--teacher-error-rate", "0.0",
+                             "--teacher_max_tokens", "4000", "--no-progress"]) == 0
     summary = json.loads(capsys.readouterr().out)
     assert summary["tasks_complete"] == 4 and summary["samples"] == 12 and summary["failed_samples"] == 0
     assert json.loads((tmp_path / "a" / "manifest.json").read_text())["sampling"]["temperature"] == 0.5
     assert teacher_cli.main(["--config", str(config), "--bogus", "1"]) == 2
-    assert "unknown key(s) ['bogus']" in capsys.readouterr().err
+    assert "unknown option(s): --bogus 1" in capsys.readouterr().err
     assert teacher_cli.main(["--data", str(tmp_path / "nope"), "--out", str(tmp_path / "b")]) == 1
     assert teacher_cli.main(["--config", str(config), "--k", "0"]) == 2
 
@@ -130,3 +130,18 @@ def test_smollm2_gguf_through_local_vllm(liveshop_small):
     assert [(s.task_id, s.sample_index) for s in samples] == [(t.id, i) for t in tasks for i in range(2)]
     assert all(s.meta["prompt_tokens"] > 100 and 1 <= s.meta["completion_tokens"] <= 48 for s in samples)
     assert any(s.ok and len(s.reply.split()) >= 3 for s in samples)  # real English text came back
+
+
+def test_teacher_settings_owners_are_the_backends_options():
+    """TeacherSettings' per-backend fields are exactly the options each backend's config takes."""
+    from dataclasses import fields
+
+    from livethink.rft_distill.teachers.openai_compat import OpenAITeacherConfig
+    from livethink.rft_distill.teachers.settings import OWNERS, TeacherSettings
+    from livethink.rft_distill.teachers.transformers_local import TransformersTeacherConfig
+    from livethink.rft_distill.teachers.vllm_local import VLLMTeacherConfig
+
+    for kind, cls in (("openai", OpenAITeacherConfig), ("vllm", VLLMTeacherConfig),
+                      ("transformers", TransformersTeacherConfig)):
+        assert set(OWNERS[kind]) == {f.name for f in fields(cls)} - {"name"}, kind
+    assert set(TeacherSettings.backend_fields()) == {n for names in OWNERS.values() for n in names}

@@ -1,15 +1,14 @@
 """`livethink grpo --config configs/tiny/grpo_<variant>.yaml [--key value ...]`: stage 2, TRL-style.
 
 The YAML and the command line fill one `GRPOVariantConfig` (TRL's `GRPOConfig` + the variants' options) through
-`TrlParser`; a YAML's ``base: grpo_base.yaml`` is loaded first (``config_files``), the file's own keys override it,
-and command-line values override both. `--dry-run` validates a config without loading weights or a
-GPU (used for `configs/prod/`). Several GPUs:
+``livethink.config_sections``; a YAML's ``base: grpo_base.yaml`` is loaded first (``config_files``), the file's own
+keys override it, and command-line values override both. `--dry-run` checks everything the run checks before its
+first expensive step, without loading weights or a GPU (used for `configs/prod/`). Several GPUs:
 `accelerate launch --config_file configs/accelerate/zero3.yaml -m livethink.length_rl.cli --config …`.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import sys
 from pathlib import Path
@@ -18,7 +17,8 @@ from urllib.parse import urlparse
 
 
 def dry_run(cfg) -> dict[str, Any]:
-    """Check a config without a GPU: variant fields, batch shapes, SIRI schedule, paths, URLs."""
+    """Check a config without a GPU: variant fields, batch shapes, judge, parameter patterns, the checkpoint (and
+    the colocated-vLLM rule for an MoE on CPU), paths, URLs."""
     problems: list[str] = []
     notes: list[str] = []
     spec = cfg.spec
@@ -38,8 +38,10 @@ def dry_run(cfg) -> dict[str, Any]:
         url = cfg.vllm_server_base_url
         if url and not (urlparse(url).scheme in ("http", "https") and urlparse(url).netloc):
             problems.append(f"vllm_server_base_url: not an http(s) URL: {url!r}")
-    if cfg.judge == "llm" and urlparse(cfg.judge_base_url).scheme not in ("http", "https"):
-        problems.append(f"judge_base_url: not an http(s) URL: {cfg.judge_base_url!r}")
+    report["judge"] = cfg.judge_settings.describe()
+    from livethink.rft_distill.checks import pattern_problems
+
+    problems += pattern_problems(cfg.trainable_parameters)
     model = Path(cfg.model_name_or_path)
     if model.is_dir():
         from livethink.models.loading import CheckpointError, inspect_checkpoint, params_of_checkpoint
@@ -53,6 +55,12 @@ def dry_run(cfg) -> dict[str, Any]:
                 problems.append(f"{model}: no tokenizer files")
         except CheckpointError as exc:
             problems.append(str(exc))
+        from livethink.length_rl.vllm_sync import check_cpu_colocate
+
+        try:  # colocated vLLM on CPU keeps an MoE model's experts and routers as loaded: refuse training them
+            check_cpu_colocate(cfg, str(model))
+        except ValueError as exc:
+            problems.append(f"trainable_parameters: {exc}")
     else:
         notes.append(f"model {model} is not on this machine (the RFT output, needed at run time)")
     data = Path(cfg.data_dir) / f"{cfg.train_split}.jsonl"
@@ -65,85 +73,41 @@ def dry_run(cfg) -> dict[str, Any]:
     return report
 
 
-def _requested_hardware(config: dict[str, Any], argv: list[str]) -> dict[str, Any]:
-    """bf16 / use_cpu as the YAML (and command line) ask, before a GPU-less dry run overrides them."""
-    values = {k: config.get(k) for k in ("bf16", "use_cpu")}
-    for key in ("bf16", "use_cpu"):
-        if f"--{key}" in argv and argv.index(f"--{key}") + 1 < len(argv):
-            values[key] = argv[argv.index(f"--{key}") + 1].lower() in ("1", "true", "yes")
-    return {"bf16": bool(values.get("bf16")), "use_cpu": bool(values.get("use_cpu")),
-            "not_checked_here": "hardware-dependent options (bf16, GPU count) are checked when training starts"}
-
-
-def _pop_config(argv: list[str]) -> dict[str, Any]:
-    """Remove ``--config PATH`` from ``argv``; the file's mapping over its ``base`` chain ({} without one)."""
-    from livethink.length_rl.config_files import load_config_file
-
-    if "--config" not in argv:
-        return {}
-    i = argv.index("--config")
-    if i + 1 >= len(argv):
-        raise ValueError("--config needs a path")
-    path = argv[i + 1]
-    del argv[i:i + 2]
-    return load_config_file(path)
-
-
 def parse_config(argv: list[str], config: dict[str, Any]):
     """One ``GRPOVariantConfig`` from the YAML mapping ``config`` and the command line (which overrides it)."""
-    import os
+    from livethink.config_sections import parse_config as parse
+    from livethink.length_rl.config import SECTIONS, GRPOVariantConfig
 
-    from trl import TrlParser
-
-    from livethink.length_rl.config import GRPOVariantConfig
-
-    config = dict(config)
-    env = config.pop("env", None) or {}
-    if not isinstance(env, dict):
-        raise ValueError("env: must be a mapping of environment variables")
-    for key, value in env.items():
-        os.environ[key] = str(value)
-    parser = TrlParser((GRPOVariantConfig,))
-    unknown = parser.set_defaults_with_config(**config)
-    if unknown:
-        raise ValueError(f"unknown options in the config file: {' '.join(unknown[::2])}")
-    (cfg,) = parser.parse_args_into_dataclasses(args=argv)
-    return cfg
-
-
-def _pop_flag(argv: list[str], flag: str) -> bool:
-    if flag in argv:
-        argv.remove(flag)
-        return True
-    return False
+    return parse(GRPOVariantConfig, list(argv), config, SECTIONS, prog="livethink grpo")
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    dry = _pop_flag(argv, "--dry-run")
+    from livethink.config_sections import load_training_config, pop_config, requested_hardware, training_main
+
     hardware: dict[str, Any] = {}
-    try:
-        config = _pop_config(argv)
+
+    def load(args: list[str], dry: bool):
+        from livethink.length_rl.config import SECTIONS, GRPOVariantConfig
+
+        cpu_override = False
         if dry:
-            hardware = _requested_hardware(config, argv)
+            hardware.update(requested_hardware(pop_config(list(args)), args))
             import torch
 
-            if not torch.cuda.is_available():  # TrainingArguments refuses bf16 without a GPU: check the rest on CPU
-                argv += ["--use_cpu", "true", "--bf16", "false"]
-        cfg = parse_config(argv, config)
-    except (ValueError, TypeError) as exc:
-        print(f"livethink grpo: invalid config: {exc}", file=sys.stderr)
-        return 2
-    if dry:
-        report = dry_run(cfg) | hardware
-        print(json.dumps(report, indent=2, default=str))
-        return 0 if report["ok"] else 1
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    from livethink.length_rl.script import run_grpo
+            cpu_override = not torch.cuda.is_available()  # TrainingArguments refuses bf16 without a GPU
+        return load_training_config(GRPOVariantConfig, args, SECTIONS, cpu_override=cpu_override,
+                                    prog="livethink grpo")
 
-    final = run_grpo(cfg)
-    print(f"GRPO ({cfg.variant}) policy saved to {final}")
-    return 0
+    def run(cfg) -> int:
+        logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        from livethink.length_rl.script import run_grpo
+
+        final = run_grpo(cfg)
+        print(f"GRPO ({cfg.variant}) policy saved to {final}")
+        return 0
+
+    return training_main("grpo", sys.argv[1:] if argv is None else argv, load,
+                         lambda cfg: dry_run(cfg) | hardware, run)
 
 
 if __name__ == "__main__":

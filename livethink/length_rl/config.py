@@ -1,7 +1,9 @@
 """`GRPOVariantConfig`: TRL's `GRPOConfig` plus the stage-2 variant and its hyperparameters.
 
 Every `GRPOConfig` / `TrainingArguments` option works in the YAML and on the command line
-(`livethink grpo --config configs/tiny/grpo_dot.yaml --dot_alpha 2`), parsed the TRL way with `TrlParser`.
+(`livethink grpo --config configs/tiny/grpo_dot.yaml --dot-alpha 2`), parsed by ``livethink.config_sections``; the
+judge is the `judge:` section (``JudgeSettings``, flags ``--judge-*``). A variant's options are refused on another
+variant's config (``Variant.check_options``).
 Zeros mean "derive": ``l_ref: 0`` measures L_ref on the first rollouts, ``siri_l_max: 0`` and
 ``drpo_max_len: 0`` / ``length_penalty_l_max: 0`` use ``max_completion_length``.
 """
@@ -12,9 +14,11 @@ from dataclasses import dataclass, field
 
 from trl import GRPOConfig
 
+from livethink.config_sections import section_fields, section_settings
 from livethink.length_rl.registry import Variant
 from livethink.length_rl.tail_batching import TailBatchingOptions
 from livethink.length_rl.variants import get_variant, option_classes, variant_names
+from livethink.rewards.judge_settings import JudgeSettings
 
 
 def trl_default(name: str):
@@ -37,8 +41,12 @@ def apply_variant_trl_options(cfg: GRPOConfig, spec: Variant) -> None:
                              f"stay at TRL's default {trl_default(name)!r}; got {getattr(cfg, name)!r}")
 
 
+JudgeFields = section_fields(JudgeSettings, "judge")
+SECTIONS = {"judge": JudgeSettings}
+
+
 @dataclass
-class GRPOVariantConfig(TailBatchingOptions, *option_classes(), GRPOConfig):
+class GRPOVariantConfig(TailBatchingOptions, JudgeFields, *option_classes(), GRPOConfig):
     """Stage 2: GRPO length compression of the RFT student, one of the registered variants (``variants``), whose
     own options (``Variant.options``) this class inherits."""
 
@@ -48,10 +56,7 @@ class GRPOVariantConfig(TailBatchingOptions, *option_classes(), GRPOConfig):
     train_split: str = field(default="train")
     n_prompts: int = field(default=0, metadata={"help": "train prompts used (0 = all)"})
     data_seed: int = field(default=0, metadata={"help": "seed for generating LiveShop when data_dir is empty"})
-    # judge
-    judge: str = field(default="rubric", metadata={"help": "rubric | llm"})
-    judge_base_url: str | None = field(default=None)
-    judge_model: str | None = field(default=None)
+    # the judge: the `judge:` section (JudgeSettings, flags --judge-*)
     # reward weights (TRL's reward_weights are derived from these unless given)
     w_correct: float = field(default=1.0)
     w_helpful: float = field(default=1.0)
@@ -103,15 +108,13 @@ class GRPOVariantConfig(TailBatchingOptions, *option_classes(), GRPOConfig):
         super().__post_init__()
         spec = get_variant(self.variant, self)
         self.variant = spec.name  # an alias (baseline) becomes the variant's name (band)
+        spec.check_options()
         apply_variant_trl_options(self, spec)
         if self.reward_weights is None:
             self.reward_weights = spec.reward_weights()
         if len(self.reward_weights) != len(spec.rewards):
             raise ValueError(f"variant {self.variant} has reward columns {spec.rewards}; got {len(self.reward_weights)} reward_weights")
-        if self.judge not in ("rubric", "llm"):
-            raise ValueError(f"judge must be 'rubric' or 'llm', got {self.judge!r}")
-        if self.judge == "llm" and not (self.judge_base_url and self.judge_model):
-            raise ValueError("judge_base_url and judge_model are required when judge=llm")
+        self.judge_settings  # noqa: B018 (its checks, now)
         if self.calculator and self.use_vllm:
             if self.vllm_mode != "colocate":
                 raise ValueError("calculator: vLLM rollouts are calculator-assisted in colocate mode only (a vLLM "
@@ -131,13 +134,17 @@ class GRPOVariantConfig(TailBatchingOptions, *option_classes(), GRPOConfig):
             raise ValueError(
                 f"per_device_train_batch_size × steps_per_generation ({local_generation}) must be a multiple of "
                 f"num_generations ({self.num_generations}) so that no prompt's group is split across processes")
-        spec.validate()
         if self.use_peft:
             if self.trainable_parameters and self.trainable_parameters != ["@all"]:
                 raise ValueError(f"trainable_parameters {self.trainable_parameters} and use_peft exclude each other: "
                                  "LoRA trains its adapters only (pass --trainable_parameters @all to clear a YAML's)")
             self.trainable_parameters = None
             self.lora_settings()  # validates the lora_* fields
+
+    @property
+    def judge_settings(self) -> JudgeSettings:
+        """The ``judge:`` section."""
+        return section_settings(self, JudgeSettings, "judge")
 
     def budget_distribution(self, forced_end_tokens: int):
         """The rollouts' thinking caps (``CapDistribution``); ``forced_end_tokens``: the forced end's length, for

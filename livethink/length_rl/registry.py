@@ -6,6 +6,7 @@ with ``@register_variant("name")``. Its methods are the hooks the trainer calls 
 - config time: ``options`` (a dataclass of the variant's own fields, merged into ``GRPOVariantConfig``),
   ``trl_settings`` (GRPOConfig values the variant needs), ``ignored_trl_options`` (GRPOConfig options it does not
   use: a non-default value is an error), ``reward_weights``, ``reward_options``, ``validate``, ``describe``;
+  ``check_options`` refuses another variant's options by name (``drpo_lambda`` on a ``dot`` config);
 - run time (one instance per trainer): ``setup`` (callbacks), ``generation_cap`` (the length-cap schedule),
   ``oversample_factor`` (dynamic sampling), ``postprocess_rewards`` (re-scoring before the advantages),
   ``postprocess_batch`` (masks and labels of the scored batch), ``compute_loss`` (replaces TRL's),
@@ -18,6 +19,7 @@ discovered by importing every module of the ``variants`` package, so adding one 
 from __future__ import annotations
 
 from collections.abc import Callable
+from dataclasses import MISSING, fields
 from typing import TYPE_CHECKING, Any, ClassVar
 
 if TYPE_CHECKING:
@@ -61,6 +63,20 @@ class Variant:
 
     def validate(self) -> None:
         """Raise ``ValueError`` naming the field for a bad value of the variant's options."""
+
+    def check_options(self) -> None:
+        """Refuse another variant's option set away from its default (naming the variant it belongs to), then
+        ``validate`` this variant's own."""
+        for cls, owners in option_owners().items():
+            if cls is self.options:
+                continue
+            for f in fields(cls):
+                default = f.default if f.default is not MISSING else f.default_factory()  # type: ignore[misc]
+                if getattr(self.cfg, f.name, default) != default:
+                    names = " or ".join(repr(o) for o in owners)
+                    raise ValueError(f"{f.name}: belongs to variant {names}, this config's variant is {self.name!r} "
+                                     f"(got {getattr(self.cfg, f.name)!r}; remove it)")
+        self.validate()
 
     def describe(self) -> tuple[dict[str, Any], list[str]]:
         """Extra ``--dry-run`` report entries and notes."""
@@ -115,6 +131,15 @@ def register_variant(name: str, *, aliases: tuple[str, ...] = ()) -> Callable[[t
         return cls
 
     return decorate
+
+
+def option_owners() -> dict[type, list[str]]:
+    """Each variant option dataclass → the names of the variants that take it (band's options: band, gdpo)."""
+    owners: dict[type, list[str]] = {}
+    for name, cls in sorted(REGISTRY.items()):
+        if cls.options is not None:
+            owners.setdefault(cls.options, []).append(name)
+    return owners
 
 
 def canonical_name(name: str) -> str:

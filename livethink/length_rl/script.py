@@ -29,9 +29,7 @@ def build_dataset(cfg: GRPOVariantConfig) -> Dataset:
 
 
 def judge_config(cfg: GRPOVariantConfig) -> dict:
-    if cfg.judge == "llm":
-        return {"name": "llm", "base_url": cfg.judge_base_url, "model": cfg.judge_model}
-    return {"name": "rubric"}
+    return cfg.judge_settings.judge_config()
 
 
 def build_trainer(cfg: GRPOVariantConfig, dataset: Dataset | None = None):

@@ -8,7 +8,7 @@ Qwen3-30B-A3B directory) whose architecture fields are then *expected* values, c
 from __future__ import annotations
 
 import os
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -72,6 +72,8 @@ class StudentConfig:
     dtype: str = "float32"
     seed: int = 0
     lora: LoraSettings | None = None
+    # the fields a YAML states (from_dict); a pretrained checkpoint is checked against these only (None: all)
+    stated: frozenset[str] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if isinstance(self.lora, dict):
@@ -119,11 +121,13 @@ class StudentConfig:
     # --- I/O -------------------------------------------------------------------------------------------
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> StudentConfig:
-        known = {f.name for f in fields(cls)}
+        known = {f.name for f in fields(cls) if f.init}
         unknown = sorted(set(data) - known)
         if unknown:
             raise ValueError(f"unknown student field(s): {', '.join(unknown)} (known: {', '.join(sorted(known))})")
-        return cls(**data)
+        config = cls(**data)
+        config.stated = frozenset(data)  # a pretrained checkpoint is checked against these fields only
+        return config
 
     @classmethod
     def from_yaml(cls, path: str | Path, **overrides: Any) -> StudentConfig:
@@ -141,6 +145,7 @@ class StudentConfig:
 
     def to_dict(self) -> dict[str, Any]:
         data = asdict(self)
+        data.pop("stated", None)
         data["lora"] = self.lora.to_dict() if self.lora else None
         return data
 
@@ -281,6 +286,8 @@ def validate_student_config(config: StudentConfig, check_path: bool = True) -> d
         for name in ARCH_FIELDS:
             expected = getattr(config, name)
             if expected is None or (dense and name in MOE_FIELDS):  # a dense checkpoint has no experts to check
+                continue
+            if config.stated is not None and name not in config.stated:  # optional: the checkpoint's own value
                 continue
             actual = _hf_value(hf_config, name)
             if actual != expected:

@@ -23,12 +23,13 @@ import threading
 import time
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 import openai
 
+from livethink.config_sections import from_options
 from livethink.data.liveshop.questions import describe_answer
 from livethink.data.schema import Reference, Task
 from livethink.openai_client import EndpointError, chat, resolve_api_key, sync_client
@@ -60,6 +61,9 @@ VERDICT_SCHEMA: dict[str, Any] = {
 }
 
 
+JSON_MODE_NAMES: dict[str, bool | str] = {"none": False, "json_object": True, "schema": "schema"}
+
+
 class JudgeError(RuntimeError):
     """The endpoint gave no usable verdict after every retry (or a non-retryable HTTP error)."""
 
@@ -75,29 +79,29 @@ class LLMJudgeConfig:
     max_concurrency: int = 8
     temperature: float = 0.0
     max_tokens: int = 512
-    # response_format: True = {"type": "json_object"}; "schema" = the verdict's JSON schema (vLLM structured outputs:
-    # even a small model then answers with a parsable verdict); False = none (not every server supports them)
-    json_mode: bool | Literal["schema"] = False
+    # response_format: "json_object" (or True) = {"type": "json_object"}; "schema" = the verdict's JSON schema (vLLM
+    # structured outputs: even a small model then answers with a parsable verdict); "none" (or False) = none
+    json_mode: bool | str = False
     include_reference: bool = True  # show the shop's reference answer to the judge
     cache_path: str | None = "~/.cache/livethink/llm_judge.sqlite"  # None: no disk cache
     on_error: Literal["reject", "raise"] = "reject"
     extra_body: dict[str, Any] = field(default_factory=dict)  # merged into the request (e.g. chat_template_kwargs)
     headers: dict[str, str] = field(default_factory=dict)
 
+    def __post_init__(self) -> None:
+        self.json_mode = JSON_MODE_NAMES.get(self.json_mode, self.json_mode) if isinstance(self.json_mode, str) else self.json_mode
+        if self.json_mode not in (True, False, "schema"):
+            raise ValueError(f"json_mode must be none, json_object or schema, got {self.json_mode!r}")
+        if self.on_error not in ("reject", "raise"):
+            raise ValueError(f"on_error must be 'reject' or 'raise', got {self.on_error!r}")
+        for name, low, ok in (("max_concurrency", 1, self.max_concurrency >= 1),
+                              ("max_retries", 0, self.max_retries >= 0), ("timeout_s", 0, self.timeout_s > 0)):
+            if not ok:
+                raise ValueError(f"{name}: must be {'>' if name == 'timeout_s' else '>='} {low}, got {getattr(self, name)!r}")
+
     @classmethod
     def from_dict(cls, options: dict[str, Any]) -> LLMJudgeConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(f"unknown LLM judge option(s) {unknown}; known: {sorted(known)}")
-        config = cls(**options)
-        if config.json_mode not in (True, False, "schema"):
-            raise ValueError(f"json_mode must be true, false or 'schema', got {config.json_mode!r}")
-        if config.on_error not in ("reject", "raise"):
-            raise ValueError(f"on_error must be 'reject' or 'raise', got {config.on_error!r}")
-        if config.max_concurrency < 1 or config.max_retries < 0 or config.timeout_s <= 0:
-            raise ValueError("need max_concurrency >= 1, max_retries >= 0, timeout_s > 0")
-        return config
+        return from_options(cls, options, "LLM judge")
 
 
 # ---------------------------------------------------------------- prompt and parsing

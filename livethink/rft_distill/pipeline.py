@@ -15,7 +15,7 @@ from typing import Any
 from livethink.data.io import read_tasks
 from livethink.data.schema import Task
 from livethink.rft_distill.acceptance import AcceptanceReport, JudgedSample, accept_and_select, judge_samples
-from livethink.rft_distill.config import JSON_MODES, RFTConfig
+from livethink.rft_distill.config import RFTConfig
 
 logger = logging.getLogger(__name__)
 
@@ -50,29 +50,13 @@ def ensure_tokenizer(tokenizer_dir: str | Path, tasks: list[Task], samples_dir: 
     return load_tokenizer(tokenizer_dir)
 
 
-def _teacher_config(cfg: RFTConfig) -> dict[str, Any]:
-    config: dict[str, Any] = {"type": cfg.teacher, "seed": cfg.seed}
-    if cfg.teacher == "scripted":
-        config["error_rate"] = cfg.teacher_error_rate
-        if cfg.teacher_opener_rate is not None:
-            config["opener_rate"] = cfg.teacher_opener_rate
-    if cfg.teacher == "openai":
-        config.update(base_url=cfg.teacher_base_url, model=cfg.teacher_model, api_key_env=cfg.teacher_api_key_env,
-                      concurrency=cfg.teacher_concurrency, send_seed=cfg.teacher_send_seed)
-    if cfg.teacher in ("vllm", "transformers"):
-        config["model"] = cfg.teacher_model
-    return config
-
-
 def sample_teacher(cfg: RFTConfig, tasks: list[Task], samples_dir: Path) -> dict[str, Any]:
     from livethink.rft_distill.sampling import sample_to_shards
-    from livethink.rft_distill.teachers.base import SamplingConfig
     from livethink.rft_distill.teachers.factory import make_teacher
 
-    teacher = make_teacher(_teacher_config(cfg))
-    sampling = SamplingConfig(temperature=cfg.teacher_temperature, top_p=cfg.teacher_top_p,
-                              max_tokens=cfg.teacher_max_tokens, seed=cfg.seed)
-    summary = sample_to_shards(teacher, tasks, cfg.k, sampling, samples_dir)
+    settings = cfg.teacher_settings
+    teacher = make_teacher(settings.backend_config())
+    summary = sample_to_shards(teacher, tasks, cfg.k, settings.sampling(cfg.seed), samples_dir)
     return summary.as_dict() if hasattr(summary, "as_dict") else dict(summary)
 
 
@@ -81,9 +65,7 @@ def judge_and_select(cfg: RFTConfig, tasks: list[Task], samples_dir: Path, out_d
     from livethink.rewards.judge import make_judge
     from livethink.rft_distill.sampling import read_samples
 
-    judge_cfg = {"name": "rubric"} if cfg.judge == "rubric" else {
-        "name": "llm", "base_url": cfg.judge_base_url, "model": cfg.judge_model,
-        "json_mode": JSON_MODES[cfg.judge_json_mode]}
+    judge_cfg = cfg.judge_settings.judge_config()
     by_id = {t.id: t for t in tasks}
     records = (r for r in read_samples(samples_dir) if r["task_id"] in by_id)
     judged = judge_samples(records, by_id, make_judge(judge_cfg))
@@ -132,8 +114,10 @@ def run_rft(cfg: RFTConfig) -> Path:
     """
     from livethink.models.export import ADAPTER_DIR, save_trained
     from livethink.models.student import build_student, load_student_config
+    from livethink.rft_distill.checks import require_ok
     from livethink.rft_distill.sft import sft_dataset, student_format, train_sft
 
+    require_ok(cfg)  # every check of --dry-run, before the teacher samples
     out_dir = Path(cfg.output_dir)
     final_dir = out_dir / "final"
     out_dir.mkdir(parents=True, exist_ok=True)

@@ -1,132 +1,84 @@
 """`livethink teacher`: sample k reasoning traces per prompt from a teacher into resumable JSONL shards.
 
-    livethink teacher --config configs/tiny/teacher_smollm2.yaml [--key value ...]
-    livethink teacher --data DIR --split train --limit 100 --k 4 --teacher scripted --out runs/teacher/scripted
-    livethink teacher --teacher openai --base_url http://127.0.0.1:8000/v1 --model smollm2 --data DIR --out OUT
+    livethink teacher --config configs/smollm2/teacher.yaml [--limit 100 --k 4 ...]
+    livethink teacher --data DIR --split train --limit 100 --k 4 --teacher-type scripted --out runs/teacher/scripted
+    livethink teacher --teacher-type openai --teacher-base-url http://127.0.0.1:8000/v1 --teacher-model smollm2 --data DIR --out OUT
 
-The YAML has top-level run keys (``data``, ``split``, ``limit``, ``k``, ``out``, ``shard_size``, ``fsync``,
-``progress``, ``retry_failed``), a ``sampling:`` section (``temperature``, ``top_p``, ``max_tokens``, ``seed``) and a ``teacher:``
-section for ``make_teacher`` (``type`` + the backend's options). Command-line ``--key value`` pairs override
-it: dotted keys reach into sections (``--teacher.timeout_s 30``, ``--sampling.max_tokens 256``) and the
-shortcuts below map to them. Re-running the same command resumes: finished tasks are skipped.
-Exit status: 0 done, 1 bad data, 2 bad config, 130 interrupted (rerun to resume).
+One config system with ``livethink rft`` and ``grpo`` (``livethink.config_sections``): the YAML has the run's keys
+(``data``, ``split``, ``limit``, ``k``, ``out``, ``seed``, ...) and a ``teacher:`` section (``TeacherSettings``:
+``type``, the backend's options and the sampling options ``temperature``, ``top_p``, ``max_tokens``), the same
+section as ``livethink rft``'s. Flags override it (``--teacher-timeout-s 30``); ``--help`` lists them all.
+``--dry-run`` checks the config and the teacher's options without loading a model or calling the endpoint. Re-running the same command
+resumes: finished tasks are skipped. Exit status: 0 done, 1 bad data, 2 bad config, 130 interrupted (rerun to resume).
 """
 
 from __future__ import annotations
 
 import json
 import sys
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import yaml
+from livethink.config_sections import ConfigError, section_fields, section_settings
+from livethink.rft_distill.teachers.settings import TeacherSettings
 
-SHORTCUTS = {
-    "teacher": "teacher.type", "type": "teacher.type", "base_url": "teacher.base_url", "model": "teacher.model",
-    "concurrency": "teacher.concurrency", "timeout_s": "teacher.timeout_s", "max_retries": "teacher.max_retries",
-    "rps": "teacher.rps", "error_rate": "teacher.error_rate", "api_key_env": "teacher.api_key_env",
-    "temperature": "sampling.temperature", "top_p": "sampling.top_p", "max_tokens": "sampling.max_tokens",
-    "seed": "sampling.seed",
-}
-FLAGS = {"no_progress": ("progress", False), "no_fsync": ("fsync", False), "retry_failed": ("retry_failed", True)}
+TeacherFields = section_fields(TeacherSettings, "teacher")
+SECTIONS = {"teacher": TeacherSettings}
 
 
 @dataclass
-class TeacherRunConfig:
+class TeacherRunConfig(TeacherFields):
     """One ``livethink teacher`` run (see module docstring)."""
 
-    data: str = "artifacts/tiny/data"  # a data dir holding <split>.jsonl, or a task file (.jsonl/.parquet)
-    split: str = "train"
-    limit: int = 0  # first N tasks (0 = all)
-    k: int = 4
-    out: str = "runs/teacher"
-    shard_size: int = 1000  # tasks per shard file
-    fsync: bool = True
-    progress: bool = True
-    retry_failed: bool = False  # on resume, redo tasks whose samples failed for a transient reason
-    sampling: dict[str, Any] = field(default_factory=dict)
-    teacher: dict[str, Any] = field(default_factory=lambda: {"type": "scripted"})
+    data: str = field(default="artifacts/tiny/data", metadata={"help": "a data dir holding <split>.jsonl, or a task file (.jsonl/.parquet)"})
+    split: str = field(default="train", metadata={"help": "the split read from a data dir"})
+    limit: int = field(default=0, metadata={"help": "first N tasks (0 = all)"})
+    k: int = field(default=4, metadata={"help": "samples per task"})
+    out: str = field(default="runs/teacher", metadata={"help": "the shard directory (resumed when it exists)"})
+    seed: int = field(default=0, metadata={"help": "sampling seed"})
+    shard_size: int = field(default=1000, metadata={"help": "tasks per shard file"})
+    fsync: bool = field(default=True, metadata={"help": "fsync after every task (durable against power loss)"})
+    progress: bool = field(default=True, metadata={"help": "a progress bar on stderr"})
+    retry_failed: bool = field(default=False, metadata={"help": "on resume, redo tasks whose samples failed for a transient reason"})
 
-    @classmethod
-    def from_dict(cls, raw: dict[str, Any]) -> TeacherRunConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(raw) - known)
-        if unknown:
-            raise ValueError(f"unknown key(s) {unknown}; known: {sorted(known)} (teacher options go under "
-                             "`teacher:`, sampling options under `sampling:`)")
-        cfg = cls(**raw)
-        for name in ("sampling", "teacher"):
-            if not isinstance(getattr(cfg, name), dict):
-                raise ValueError(f"{name}: must be a mapping, got {getattr(cfg, name)!r}")
-        if not isinstance(cfg.k, int) or cfg.k < 1:
-            raise ValueError(f"k: must be a positive integer, got {cfg.k!r}")
-        if not isinstance(cfg.limit, int) or cfg.limit < 0:
-            raise ValueError(f"limit: must be an integer >= 0, got {cfg.limit!r}")
-        return cfg
+    def __post_init__(self) -> None:
+        if self.k < 1:
+            raise ConfigError(f"k: must be a positive integer, got {self.k!r}")
+        if self.limit < 0:
+            raise ConfigError(f"limit: must be an integer >= 0, got {self.limit!r}")
+        if self.shard_size < 1:
+            raise ConfigError(f"shard_size: must be >= 1, got {self.shard_size!r}")
+        self.teacher  # noqa: B018 (its checks, now)
+
+    @property
+    def teacher(self) -> TeacherSettings:
+        """The ``teacher:`` section."""
+        return section_settings(self, TeacherSettings, "teacher")
 
 
-def _set(config: dict[str, Any], dotted: str, value: Any) -> None:
-    node = config
-    *parents, last = dotted.split(".")
-    for part in parents:
-        child = node.setdefault(part, {})
-        if not isinstance(child, dict):
-            raise ValueError(f"--{dotted}: {part!r} is not a section")
-        node = child
-    node[last] = value
+def parse_args(argv: list[str]) -> TeacherRunConfig:
+    """The run's config: the YAML (``--config``) then the flags; ``ConfigError`` names a mistake."""
+    from livethink.config_sections import parse_config, pop_config
+
+    argv = list(argv)
+    config = pop_config(argv)
+    if "sampling" in config:
+        raise ConfigError("sampling: the sampling options are teacher settings: write temperature, top_p and "
+                          "max_tokens under teacher:, and seed at the top level")
+    return parse_config(TeacherRunConfig, argv, config, SECTIONS, prog="livethink teacher")
 
 
-def parse_args(argv: list[str]) -> dict[str, Any]:
-    """The merged config dict: YAML (``--config``) then ``--key value`` overrides."""
-    args = list(argv)
-    config: dict[str, Any] = {}
-    pairs: list[tuple[str, str | None]] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        if not arg.startswith("--") or arg == "--":
-            raise ValueError(f"unexpected argument {arg!r} (options are --key value)")
-        key, eq, value = arg[2:].partition("=")
-        key = key.replace("-", "_")
-        if key in FLAGS:
-            pairs.append((key, None))
-            i += 1
-            continue
-        if not eq:
-            if i + 1 >= len(args):
-                raise ValueError(f"--{key}: missing value")
-            value = args[i + 1]
-            i += 1
-        pairs.append((key, value))
-        i += 1
-    for key, value in pairs:
-        if key == "config":
-            path = Path(str(value))
-            if not path.is_file():
-                raise ValueError(f"--config: file not found: {path}")
-            loaded = yaml.safe_load(path.read_text()) or {}
-            if not isinstance(loaded, dict):
-                raise ValueError(f"{path}: the config must be a mapping")
-            config.update(loaded)
-    for key, value in pairs:
-        if key == "config":
-            continue
-        if key in FLAGS:
-            name, flag_value = FLAGS[key]
-            config[name] = flag_value
-            continue
-        _set(config, SHORTCUTS.get(key, key), yaml.safe_load(value) if value is not None else None)
-    return config
+def data_path(cfg: TeacherRunConfig) -> Path:
+    path = Path(cfg.data)
+    return path / f"{cfg.split}.jsonl" if path.is_dir() else path
 
 
 def load_run_tasks(cfg: TeacherRunConfig):
     """The tasks of the run: ``<data>/<split>.jsonl`` (or the file ``data``), first ``limit`` of them."""
     from livethink.data.io import load_tasks
 
-    path = Path(cfg.data)
-    if path.is_dir():
-        path = path / f"{cfg.split}.jsonl"
+    path = data_path(cfg)
     if not path.exists():
         raise FileNotFoundError(f"data: no such file {path} (generate LiveShop with `livethink data generate`)")
     result = load_tasks(path)
@@ -136,42 +88,52 @@ def load_run_tasks(cfg: TeacherRunConfig):
     return tasks[: cfg.limit] if cfg.limit else tasks
 
 
+def dry_run(cfg: TeacherRunConfig) -> dict[str, Any]:
+    """What the run would do, checked without sampling: the teacher's options (nothing loaded) and the data file."""
+    problems: list[str] = []
+    notes: list[str] = []
+    try:
+        cfg.teacher.check_backend()
+    except ConfigError as exc:
+        problems.append(str(exc))
+    if not data_path(cfg).exists():
+        notes.append(f"data {data_path(cfg)} is not on this machine (needed at run time: `livethink data generate`)")
+    return {"teacher": cfg.teacher.describe(), "k": cfg.k, "limit": cfg.limit, "data": str(data_path(cfg)),
+            "out": cfg.out, "problems": problems, "notes": notes, "ok": not problems}
+
+
 def run(cfg: TeacherRunConfig):
     """Build the teacher and sample into ``cfg.out``; returns the ``SamplingSummary``."""
     from livethink.rft_distill.sampling import sample_to_shards
-    from livethink.rft_distill.teachers.base import SamplingConfig
     from livethink.rft_distill.teachers.factory import make_teacher
 
-    sampling = SamplingConfig(**cfg.sampling)
-    teacher = make_teacher(dict(cfg.teacher))
+    settings = cfg.teacher
+    teacher = make_teacher(settings.backend_config())
     tasks = load_run_tasks(cfg)
-    return sample_to_shards(teacher, tasks, cfg.k, sampling, cfg.out, shard_size=cfg.shard_size,
+    return sample_to_shards(teacher, tasks, cfg.k, settings.sampling(cfg.seed), cfg.out, shard_size=cfg.shard_size,
                             progress=cfg.progress, fsync=cfg.fsync, retry_failed=cfg.retry_failed)
 
 
 def main(argv: list[str] | None = None) -> int:
-    argv = list(sys.argv[1:] if argv is None else argv)
-    if any(a in ("-h", "--help") for a in argv):
-        print(__doc__)
+    from livethink.config_sections import training_main
+
+    def run_and_report(cfg: TeacherRunConfig) -> int:
+        try:
+            summary = run(cfg)
+        except KeyboardInterrupt as exc:
+            print(f"livethink teacher: {exc or 'interrupted'}", file=sys.stderr)
+            return 130
+        except FileNotFoundError as exc:
+            print(f"livethink teacher: {exc}", file=sys.stderr)
+            return 1
+        except (ValueError, TypeError) as exc:
+            print(f"livethink teacher: invalid config: {exc}", file=sys.stderr)
+            return 2
+        print(json.dumps(summary.as_dict(), indent=2))
         return 0
-    try:
-        cfg = TeacherRunConfig.from_dict(parse_args(argv))
-    except (ValueError, TypeError, yaml.YAMLError) as exc:
-        print(f"livethink teacher: invalid config: {exc}", file=sys.stderr)
-        return 2
-    try:
-        summary = run(cfg)
-    except KeyboardInterrupt as exc:
-        print(f"livethink teacher: {exc or 'interrupted'}", file=sys.stderr)
-        return 130
-    except FileNotFoundError as exc:
-        print(f"livethink teacher: {exc}", file=sys.stderr)
-        return 1
-    except (ValueError, TypeError) as exc:
-        print(f"livethink teacher: invalid config: {exc}", file=sys.stderr)
-        return 2
-    print(json.dumps(summary.as_dict(), indent=2))
-    return 0
+
+    return training_main("teacher", sys.argv[1:] if argv is None else argv, lambda args, _dry: parse_args(args),
+                         dry_run, run_and_report)
 
 
 if __name__ == "__main__":

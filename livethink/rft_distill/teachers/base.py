@@ -9,10 +9,11 @@ be produced is still yielded, with ``error`` set and ``finish_reason="error"``: 
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from livethink.config_sections import from_options
 from livethink.data.schema import Task
 from livethink.rewards.parse import parse_completion
 
@@ -91,3 +92,33 @@ def check_k(k: int) -> int:
     if not isinstance(k, int) or k < 1:
         raise ValueError(f"k (samples per task) must be a positive integer, got {k!r}")
     return k
+
+
+class BackendOptions:
+    """Base of a backend's options dataclass: ``from_dict`` refuses an unknown key by name."""
+
+    label: ClassVar[str] = "teacher"
+
+    @classmethod
+    def from_dict(cls, options: dict[str, Any]) -> Any:
+        return from_options(cls, options, cls.label)
+
+
+class BackendTeacher:
+    """Base of a backend built from its options (``options_class``, a ``BackendOptions``): an instance, or the keys."""
+
+    options_class: ClassVar[type[BackendOptions]]
+
+    def __init__(self, config: Any = None, **options: Any):
+        self.config = config or self.options_class.from_dict(options)
+        self.name: str = self.config.name
+
+
+def local_checkpoint(model: str) -> str:
+    """``model`` as a local HF checkpoint directory (``~`` expanded); ``ValueError`` naming ``model`` otherwise."""
+    from pathlib import Path
+
+    path = Path(model).expanduser()
+    if not (path / "config.json").is_file():
+        raise ValueError(f"model: {model!r} is not a local HF checkpoint directory (no config.json)")
+    return str(path)

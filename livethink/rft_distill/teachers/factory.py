@@ -19,12 +19,8 @@ from livethink.rft_distill.teachers.base import Teacher
 TEACHER_TYPES = ("scripted", "openai", "vllm", "transformers")
 
 
-def make_teacher(config: dict[str, Any] | Teacher) -> Teacher:
-    """A teacher from ``config`` (see module docstring); a teacher instance is returned as is."""
-    if not isinstance(config, dict):
-        if isinstance(config, Teacher):
-            return config
-        raise TypeError(f"teacher config must be a dict or a Teacher, got {type(config).__name__}")
+def teacher_options(config: dict[str, Any]) -> tuple[str, Any]:
+    """``(type, options)``: the backend's checked options object (``ScriptedTeacher`` for scripted), nothing loaded."""
     options = dict(config)
     kind = str(options.pop("type", "scripted")).lower()
     options.pop("seed", None)
@@ -35,20 +31,39 @@ def make_teacher(config: dict[str, Any] | Teacher) -> Teacher:
         unknown = sorted(set(options) - allowed)
         if unknown:
             raise ValueError(f"unknown scripted teacher option(s) {unknown}; known: {sorted(allowed)}")
-        return ScriptedTeacher(**options)
+        return kind, ScriptedTeacher(**options)
     if kind == "openai":
-        from livethink.rft_distill.teachers.openai_compat import OpenAITeacher, OpenAITeacherConfig
+        from livethink.rft_distill.teachers.openai_compat import OpenAITeacherConfig
 
-        return OpenAITeacher(OpenAITeacherConfig.from_dict(options))
+        return kind, OpenAITeacherConfig.from_dict(options)
     if kind == "vllm":
-        from livethink.rft_distill.teachers.vllm_local import VLLMTeacher, VLLMTeacherConfig
+        from livethink.rft_distill.teachers.vllm_local import VLLMTeacherConfig
 
-        return VLLMTeacher(VLLMTeacherConfig.from_dict(options))
+        return kind, VLLMTeacherConfig.from_dict(options)
     if kind == "transformers":
-        from livethink.rft_distill.teachers.transformers_local import (
-            TransformersTeacher,
-            TransformersTeacherConfig,
-        )
+        from livethink.rft_distill.teachers.transformers_local import TransformersTeacherConfig
 
-        return TransformersTeacher(TransformersTeacherConfig.from_dict(options))
+        return kind, TransformersTeacherConfig.from_dict(options)
     raise ValueError(f"type: unknown teacher {kind!r}; choose one of {', '.join(TEACHER_TYPES)}")
+
+
+def make_teacher(config: dict[str, Any] | Teacher) -> Teacher:
+    """A teacher from ``config`` (see module docstring); a teacher instance is returned as is."""
+    if not isinstance(config, dict):
+        if isinstance(config, Teacher):
+            return config
+        raise TypeError(f"teacher config must be a dict or a Teacher, got {type(config).__name__}")
+    kind, options = teacher_options(config)
+    if kind == "openai":
+        from livethink.rft_distill.teachers.openai_compat import OpenAITeacher
+
+        return OpenAITeacher(options)
+    if kind == "vllm":
+        from livethink.rft_distill.teachers.vllm_local import VLLMTeacher
+
+        return VLLMTeacher(options)
+    if kind == "transformers":
+        from livethink.rft_distill.teachers.transformers_local import TransformersTeacher
+
+        return TransformersTeacher(options)
+    return options

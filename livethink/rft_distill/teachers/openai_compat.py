@@ -27,8 +27,8 @@ import re
 import threading
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, fields
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 from urllib.parse import urlparse
 
 import openai
@@ -36,16 +36,23 @@ import openai
 from livethink.data.prompt import build_messages
 from livethink.data.schema import Task
 from livethink.openai_client import EndpointError, achat, async_client, resolve_api_key
-from livethink.rft_distill.teachers.base import Sample, SamplingConfig, check_k
+from livethink.rft_distill.teachers.base import (
+    BackendOptions,
+    BackendTeacher,
+    Sample,
+    SamplingConfig,
+    check_k,
+)
 from livethink.rft_distill.teachers.outputs import failed_sample, sample_from_output
 
 N_ERROR = re.compile(r"\bn\b|best_of|multiple (choices|completions)", re.I)
 
 
 @dataclass
-class OpenAITeacherConfig:
+class OpenAITeacherConfig(BackendOptions):
     """Options of :class:`OpenAITeacher` (YAML keys of ``teacher:`` with ``type: openai``)."""
 
+    label: ClassVar[str] = "openai teacher"
     base_url: str
     model: str
     api_key_env: str = "OPENAI_API_KEY"  # the key is read from this env var (unset: the placeholder EMPTY)
@@ -77,14 +84,6 @@ class OpenAITeacherConfig:
             raise ValueError(f"rps: must be > 0 or null, got {self.rps!r}")
         if self.tasks_in_flight is not None and self.tasks_in_flight < 1:
             raise ValueError(f"tasks_in_flight: must be >= 1, got {self.tasks_in_flight!r}")
-
-    @classmethod
-    def from_dict(cls, options: dict[str, Any]) -> OpenAITeacherConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(f"unknown openai teacher option(s) {unknown}; known: {sorted(known)}")
-        return cls(**options)
 
 
 class _RateLimiter:
@@ -127,12 +126,14 @@ def task_seed(seed: int | None, task_id: str, sample_index: int = 0) -> int | No
     return int.from_bytes(digest, "big") & 0x7FFFFFFF
 
 
-class OpenAITeacher:
+class OpenAITeacher(BackendTeacher):
     """k samples per task from an OpenAI-compatible ``/chat/completions`` endpoint (see module docstring)."""
 
+    options_class = OpenAITeacherConfig
+    config: OpenAITeacherConfig
+
     def __init__(self, config: OpenAITeacherConfig | None = None, **options: Any):
-        self.config = config or OpenAITeacherConfig.from_dict(options)
-        self.name = self.config.name
+        super().__init__(config, **options)
         self._use_n = self.config.use_n
         self._api_key = resolve_api_key(None, self.config.api_key_env)
         self._stop = threading.Event()

@@ -12,23 +12,30 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, fields
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass
+from typing import Any, ClassVar
 
 from livethink.data.prompt import build_messages, completion_prefix, render_prompt
 from livethink.data.reasoning_format import ReasoningFormat, resolve
 from livethink.data.schema import Task
 from livethink.engines import load_generation_model
-from livethink.rft_distill.teachers.base import Sample, SamplingConfig, check_k
+from livethink.rft_distill.teachers.base import (
+    BackendOptions,
+    BackendTeacher,
+    Sample,
+    SamplingConfig,
+    check_k,
+    local_checkpoint,
+)
 from livethink.rft_distill.teachers.openai_compat import task_seed
 from livethink.rft_distill.teachers.outputs import failed_sample, sample_from_output
 
 
 @dataclass
-class TransformersTeacherConfig:
+class TransformersTeacherConfig(BackendOptions):
     """Options of :class:`TransformersTeacher` (YAML keys of ``teacher:`` with ``type: transformers``)."""
 
+    label: ClassVar[str] = "transformers teacher"
     model: str  # local HF checkpoint directory
     dtype: str = "float32"  # float32 | bfloat16 | float16
     device: str = "cpu"
@@ -37,30 +44,21 @@ class TransformersTeacherConfig:
     name: str = "transformers"
 
     def __post_init__(self) -> None:
-        path = Path(self.model).expanduser()
-        if not (path / "config.json").is_file():
-            raise ValueError(f"model: {self.model!r} is not a local HF checkpoint directory (no config.json)")
-        self.model = str(path)
+        self.model = local_checkpoint(self.model)
         if self.dtype not in ("float32", "bfloat16", "float16"):
             raise ValueError(f"dtype: must be float32, bfloat16 or float16, got {self.dtype!r}")
         if self.batch_size < 1:
             raise ValueError(f"batch_size: must be >= 1, got {self.batch_size!r}")
 
-    @classmethod
-    def from_dict(cls, options: dict[str, Any]) -> TransformersTeacherConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(f"unknown transformers teacher option(s) {unknown}; known: {sorted(known)}")
-        return cls(**options)
 
-
-class TransformersTeacher:
+class TransformersTeacher(BackendTeacher):
     """k samples per task from ``AutoModelForCausalLM.generate`` (see module docstring)."""
 
+    options_class = TransformersTeacherConfig
+    config: TransformersTeacherConfig
+
     def __init__(self, config: TransformersTeacherConfig | None = None, **options: Any):
-        self.config = config or TransformersTeacherConfig.from_dict(options)
-        self.name = self.config.name
+        super().__init__(config, **options)
         self._model = None
         self._tokenizer = None
         self._format: ReasoningFormat | None = None

@@ -22,23 +22,30 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field, fields
-from pathlib import Path
-from typing import Any
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
 
 from livethink.data.prompt import build_messages, completion_prefix, render_prompt_ids
 from livethink.data.reasoning_format import ReasoningFormat, resolve
 from livethink.data.schema import Task
 from livethink.engines import build_llm, shutdown_llm
-from livethink.rft_distill.teachers.base import Sample, SamplingConfig, check_k
+from livethink.rft_distill.teachers.base import (
+    BackendOptions,
+    BackendTeacher,
+    Sample,
+    SamplingConfig,
+    check_k,
+    local_checkpoint,
+)
 from livethink.rft_distill.teachers.openai_compat import task_seed
 from livethink.rft_distill.teachers.outputs import failed_sample, sample_from_output
 
 
 @dataclass
-class VLLMTeacherConfig:
+class VLLMTeacherConfig(BackendOptions):
     """Options of :class:`VLLMTeacher` (YAML keys of ``teacher:`` with ``type: vllm``)."""
 
+    label: ClassVar[str] = "vllm teacher"
     model: str  # local HF checkpoint directory
     dtype: str = "bfloat16"
     max_model_len: int = 4096
@@ -53,29 +60,20 @@ class VLLMTeacherConfig:
     name: str = "vllm"
 
     def __post_init__(self) -> None:
-        path = Path(self.model).expanduser()
-        if not (path / "config.json").is_file():
-            raise ValueError(f"model: {self.model!r} is not a local HF checkpoint directory (no config.json)")
-        self.model = str(path)
+        self.model = local_checkpoint(self.model)
         for name in ("max_model_len", "batch_size", "tensor_parallel_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}: must be >= 1, got {getattr(self, name)!r}")
 
-    @classmethod
-    def from_dict(cls, options: dict[str, Any]) -> VLLMTeacherConfig:
-        known = {f.name for f in fields(cls)}
-        unknown = sorted(set(options) - known)
-        if unknown:
-            raise ValueError(f"unknown vllm teacher option(s) {unknown}; known: {sorted(known)}")
-        return cls(**options)
 
-
-class VLLMTeacher:
+class VLLMTeacher(BackendTeacher):
     """k samples per task from ``vllm.LLM`` (see module docstring)."""
 
+    options_class = VLLMTeacherConfig
+    config: VLLMTeacherConfig
+
     def __init__(self, config: VLLMTeacherConfig | None = None, **options: Any):
-        self.config = config or VLLMTeacherConfig.from_dict(options)
-        self.name = self.config.name
+        super().__init__(config, **options)
         self._llm = None
         self._engine_seed = 0
         self._format: ReasoningFormat | None = None
