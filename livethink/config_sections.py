@@ -100,6 +100,11 @@ def _parser(config_classes: tuple[type, ...], prog: str | None = None):
             raise ConfigError(message.replace("argument ", "", 1))
 
     parser = Parser(config_classes, prog=prog)
+    # Read before parsing (pop_config, pop_dry_run); declared here so that --help lists them.
+    parser.add_argument("--config", metavar="PATH", help="the YAML config (its base: chain is followed); flags "
+                        "override its keys")
+    parser.add_argument("--dry-run", "--dry_run", action="store_true", help="check the config and everything the "
+                        "run would check before any expensive step; print the report (exit 1 when not ok)")
     for action in parser._actions:
         action.option_strings.sort(key=lambda flag: "_" in flag)  # --help shows the dash spelling first
         if typing.get_origin(action.type) is dict or action.type is dict:  # mappings (extra_body, ...) are JSON
@@ -175,7 +180,8 @@ def parse_config(config_cls: type, argv: list[str], config: dict[str, Any], sect
         raise ConfigError(f"unknown key(s) in the config file: {', '.join(unknown)} (see --help for the options)")
     parser = _parser((config_cls,), prog)
     parser.set_defaults(**_typed_yaml(parser, config))
-    (cfg, rest) = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
+    # the outputs: the config, the namespace of --config/--dry-run (read earlier; ignored), the unparsed strings
+    cfg, *_, rest = parser.parse_args_into_dataclasses(args=argv, return_remaining_strings=True)
     if rest:
         raise ConfigError(f"unknown option(s): {' '.join(rest)} (see --help for the options)")
     return cfg
