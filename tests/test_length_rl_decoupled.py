@@ -165,11 +165,14 @@ def test_decoupled_rollouts_on_a_vllm_server_stay_within_the_bound_and_resume(st
     assert [h["step"] for h in steps] == [1, 2, 3, 4, 5, 6]  # one batch per logged step (logging_steps 1)
     assert all(h["decoupled/staleness"] <= 1 for h in steps)  # the bound held for every batch
     assert any(h["decoupled/hit"] > 0 for h in steps)  # batches were generated while the previous one trained
-    assert [h["decoupled/hit"] for h in steps][2] == 0  # the resumed run's first batch: generated on demand
+    resumed_at = int(summary["resumed_from"].rsplit("-", 1)[1])
+    assert resumed_at < 6 and steps[resumed_at]["decoupled/hit"] == 0  # the resumed run's first batch: on demand
     assert any(h["decoupled/staleness"] == 1 for h in steps)
     assert any(h["grad_norm"] > 0 for h in steps)  # the policy moved, so a prefetched batch was really off-policy
     assert all(0.0 <= h["decoupled/idle_share"] <= 1.0 for h in steps)
-    # TRL's importance-sampling correction was applied, and it corrected something: ratios away from 1
-    ratios = [(h["sampling/importance_sampling_ratio/min"], h["sampling/importance_sampling_ratio/max"]) for h in steps]
-    assert any(lo < 0.999 or hi > 1.001 for lo, hi in ratios), ratios
+    # TRL's importance-sampling ratios were computed for every batch, and they carry the staleness: wider on the
+    # prefetched (one step old) batches than on the ones generated on demand with the current weights
+    spread = [(h["decoupled/hit"], h["sampling/importance_sampling_ratio/max"] - h["sampling/importance_sampling_ratio/min"])
+              for h in steps]
+    assert max(s for hit, s in spread if hit) > max(s for hit, s in spread if not hit), spread
     assert (out / "final" / "config.json").is_file()
