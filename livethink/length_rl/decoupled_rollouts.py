@@ -77,11 +77,9 @@ class DecoupledRollouts:
             return
         folder = self.weights_dir / f"slot{self.reload_count % 2}"  # two slots: the one being read is never rewritten
         self.reload_count += 1
-        if trainer.accelerator.is_main_process:
-            write_server_weights(trainer.vllm_generation, folder)
-        else:
-            write_server_weights(trainer.vllm_generation, None)  # takes part in the gathers
-        if trainer.accelerator.is_main_process:
+        main = trainer.accelerator.is_main_process
+        write_server_weights(trainer.vllm_generation, folder if main else None)  # every process joins the gathers
+        if main:
             from livethink.length_rl.vllm_sync import reload_server_weights
 
             client = trainer.vllm_generation.vllm_client
