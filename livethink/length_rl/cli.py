@@ -29,6 +29,9 @@ def dry_run(cfg) -> dict[str, Any]:
         "rollouts": "vllm-" + cfg.vllm_mode if cfg.use_vllm else "transformers",
         "output_dir": cfg.output_dir,
     }
+    if cfg.rollout_mode == "decoupled":
+        report["rollout_mode"] = {"mode": "decoupled", "max_staleness": cfg.max_staleness,
+                                  "importance_sampling": cfg.vllm_importance_sampling_mode}
     if cfg.tail_batching:
         report["tail_batching"] = {"short_tokens": cfg.tail_short_limit(), "overprovision": cfg.tail_overprovision}
     extra, variant_notes = spec.describe()

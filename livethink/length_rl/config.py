@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from trl import GRPOConfig
 
 from livethink.config_sections import section_fields, section_settings
+from livethink.length_rl.decoupled import DecoupledOptions
 from livethink.length_rl.registry import Variant
 from livethink.length_rl.tail_batching import TailBatchingOptions
 from livethink.length_rl.variants import get_variant, option_classes, variant_names
@@ -46,7 +47,7 @@ SECTIONS = {"judge": JudgeSettings}
 
 
 @dataclass
-class GRPOVariantConfig(TailBatchingOptions, JudgeFields, *option_classes(), GRPOConfig):
+class GRPOVariantConfig(DecoupledOptions, TailBatchingOptions, JudgeFields, *option_classes(), GRPOConfig):
     """Stage 2: GRPO length compression of the RFT student, one of the registered variants (``variants``), whose
     own options (``Variant.options``) this class inherits."""
 
@@ -129,6 +130,7 @@ class GRPOVariantConfig(TailBatchingOptions, JudgeFields, *option_classes(), GRP
             self.budget_distribution(forced_end_tokens=0)  # validates; the trainer checks the exact token counts
         if self.tail_batching:  # tail batching (tail_batching.TailBatchingOptions): its fields' checks
             self.tail_short_limit()
+        self.check_rollout_mode()  # rollout–train decoupling (decoupled.DecoupledOptions): its fields, its combinations
         local_generation = self.per_device_train_batch_size * self.steps_per_generation
         if local_generation % self.num_generations:
             raise ValueError(

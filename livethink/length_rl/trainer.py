@@ -28,6 +28,7 @@ import torch
 from livethink.length_rl.advantages import zero_std_groups
 from livethink.length_rl.callbacks import MetricsCallback
 from livethink.length_rl.config import GRPOVariantConfig
+from livethink.length_rl.decoupled_rollouts import decoupled_server_client
 from livethink.length_rl.rewards import CORRECTNESS, HELPFULNESS, RewardContext, Scored
 from livethink.length_rl.trl_compat import GRPOHooks, patch_llm_constructor
 
@@ -99,7 +100,7 @@ class LengthRLTrainer(GRPOHooks):
 
         args_in = kwargs.get("args")
         check_cpu_colocate(args_in, kwargs.get("model"))
-        with colocated_logits_processors(args_in):
+        with colocated_logits_processors(args_in), decoupled_server_client(args_in):
             super().__init__(*args, **kwargs)
         cfg: GRPOVariantConfig = self.args
         self.variant = cfg.spec
@@ -138,6 +139,12 @@ class LengthRLTrainer(GRPOHooks):
             from livethink.length_rl.vllm_sync import patch_cpu_weight_sync
 
             patch_cpu_weight_sync(self.vllm_generation)
+        self.decoupled = None  # rollout_mode: decoupled (decoupled_rollouts): next window generated while training
+        if cfg.rollout_mode == "decoupled":
+            from livethink.length_rl.decoupled_rollouts import DecoupledRollouts
+
+            self.decoupled = DecoupledRollouts(self)
+            self.decoupled.install()
         self.add_callback(MetricsCallback(self))
         self.variant.setup(self)
 
@@ -204,6 +211,24 @@ class LengthRLTrainer(GRPOHooks):
             self.vllm_generation.max_completion_length = cap
         else:
             self.generation_config.max_new_tokens = cap
+
+    # ----- decoupled rollouts: the epoch iterator read one window ahead, the window being generated
+    def get_batch_samples(self, epoch_iterator, num_batches, device):
+        if self.decoupled is not None:
+            epoch_iterator = self.decoupled.wrap_iterator(epoch_iterator)
+        return super().get_batch_samples(epoch_iterator, num_batches, device)
+
+    def prepare_inputs(self, generation_batch):
+        if self.decoupled is not None and self.model.training:
+            self.decoupled.generation_batch = generation_batch
+        return super().prepare_inputs(generation_batch)
+
+    def train(self, *args: Any, **kwargs: Any):
+        try:
+            return super().train(*args, **kwargs)
+        finally:
+            if self.decoupled is not None:
+                self.decoupled.close()
 
     # ----- hook: batching (groups stay whole)
     def shuffle_generation_batch(self, batch: dict[str, Any]) -> dict[str, Any]:

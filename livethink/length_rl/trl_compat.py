@@ -45,6 +45,12 @@ RECHECK: tuple[str, ...] = (
     "VLLMGeneration.sync_weights and _iter_named_params (CPU weight sync), VLLMGeneration.max_completion_length",
     "VLLMGeneration.llm and its colocate call llm.generate(prompts, sampling_params=<one SamplingParams>) "
     "(budget-forced rollouts give each prompt its own)",
+    "rollout_mode: decoupled: VLLMGeneration's server-mode generate (gather, prompts[::n], broadcast, per-process "
+    "slice), its sampling attributes (temperature, top_p, top_k, min_p, repetition_penalty, logprobs, "
+    "structured_outputs_regex, generation_kwargs) and vllm_client; VLLMClient.init_communicator, _post, base_url; "
+    "GRPOTrainer._tokenize_prompts(prompts) -> (prompt_ids, images, fields); the dataloader yielding each "
+    "generation batch steps_per_generation × num_iterations times in a row; Trainer.get_batch_samples(epoch_iterator, "
+    "num_batches, device)",
 )
 
 
@@ -224,3 +230,36 @@ def replace_weight_sync(generation: Any, sync: Callable[[Any], None]) -> None:
 def named_params_for_sync(generation: Any) -> Iterator[tuple[str, torch.Tensor]]:
     """The (name, tensor) pairs TRL would push into the engine."""
     return generation._iter_named_params()
+
+
+def replace_vllm_generate(generation: Any, generate: Callable[..., tuple]) -> None:
+    """``generation.generate(prompts, images, num_generations, profiler)`` (a TRL ``VLLMGeneration``) calls
+    ``generate`` instead (same arguments, same 4-tuple)."""
+    generation.generate = types.MethodType(lambda self, *args, **kwargs: generate(*args, **kwargs), generation)
+
+
+def tokenize_prompts(trainer: Any, prompts: list) -> list[list[int]]:
+    """Token ids of ``prompts`` exactly as TRL's generation tokenizes them (chat template and all); text only."""
+    prompt_ids, images, _ = trainer._tokenize_prompts(prompts)
+    if images is not None and any(image is not None for image in images):
+        raise ValueError("prompts with images are not supported here")
+    return [list(ids) for ids in prompt_ids]
+
+
+@contextmanager
+def server_client_without_communicator() -> Iterator[None]:
+    """Inside the block, TRL's ``VLLMClient.init_communicator`` (NCCL weight transfer, CUDA only) does nothing: the
+    decoupled rollouts on CPU reload the server's weights from disk instead (``vllm_sync.reload_server_weights``)."""
+    from trl.generation import vllm_client
+
+    original = vllm_client.VLLMClient.init_communicator
+    vllm_client.VLLMClient.init_communicator = lambda self, device=0: None
+    try:
+        yield
+    finally:
+        vllm_client.VLLMClient.init_communicator = original
+
+
+def server_collective_rpc(client: Any, method: str, kwargs: dict[str, str]) -> Any:
+    """vLLM's dev-mode ``POST /collective_rpc`` through TRL's client session (string kwargs only)."""
+    return client._post(f"{client.base_url}/collective_rpc", json={"method": method, "kwargs": kwargs})

