@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -32,14 +33,18 @@ def _clean(value: Any) -> Any:
 class MetricsCallback(TrainerCallback):
     """Appends every training log (one per ``logging_steps``) to ``metrics.jsonl``; shows key figures in the bar.
 
-    On resume the lines logged after the restored checkpoint's step are dropped, so the file reads as one run.
+    Each record also carries ``elapsed_s`` (wall time since this process's training loop began) and, with vLLM
+    rollouts, ``rollout/engine_busy_s`` (the engine's generation time so far, ``rollout_timing``). On resume the
+    lines logged after the restored checkpoint's step are dropped, so the file reads as one run.
     """
 
     def __init__(self, trainer: Any):
         self.trainer = trainer
         self.path = Path(trainer.args.output_dir) / "metrics.jsonl"
+        self.began = time.perf_counter()
 
     def on_train_begin(self, args, state, control, **kwargs):
+        self.began = time.perf_counter()
         if not state.is_world_process_zero or not self.path.is_file():
             return
         kept = [line for line in self.path.read_text().splitlines()
@@ -49,7 +54,11 @@ class MetricsCallback(TrainerCallback):
     def on_log(self, args, state, control, logs=None, **kwargs):
         if not state.is_world_process_zero or not logs or "loss" not in logs and "reward" not in logs:
             return
-        record = {"step": state.global_step, "epoch": state.epoch, **{k: _clean(v) for k, v in logs.items()}}
+        record = {"step": state.global_step, "epoch": state.epoch, **{k: _clean(v) for k, v in logs.items()},
+                  "elapsed_s": round(time.perf_counter() - self.began, 3)}  # since the loop began (this process)
+        timer = getattr(self.trainer, "engine_timer", None)
+        if timer is not None:  # the rollout engine's generation time so far (rollout_timing)
+            record["rollout/engine_busy_s"] = round(timer.busy_s, 3)
         self.path.parent.mkdir(parents=True, exist_ok=True)
         with self.path.open("a", encoding="utf-8") as fh:
             fh.write(json.dumps(record) + "\n")

@@ -145,6 +145,11 @@ class LengthRLTrainer(GRPOHooks):
 
             self.decoupled = DecoupledRollouts(self)
             self.decoupled.install()
+        self.engine_timer = None  # rollout/engine_busy_s: the vLLM engine's generation time (rollout_timing)
+        if self.use_vllm:
+            from livethink.length_rl.rollout_timing import time_engine
+
+            self.engine_timer = time_engine(self.vllm_generation)
         self.add_callback(MetricsCallback(self))
         self.variant.setup(self)
 

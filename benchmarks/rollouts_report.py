@@ -1,0 +1,208 @@
+"""The rollout benchmark's analysis and outputs (pure but for the plot): per mode over seeds, the speed-up against
+``sync``, each mode's quality against sync's 95% interval, the Markdown report and the plot."""
+
+from __future__ import annotations
+
+import statistics
+from pathlib import Path
+from typing import Any
+
+from livethink.eval.compare import t_interval
+
+# key -> decimals of the per-mode mean and its 95% t-interval over seeds
+SUMMARY_KEYS = {"train_wall_s": 1, "loop_s": 1, "completions_per_s": 3, "engine_idle_share": 4,
+                "trainer_idle_share": 4, "tokens": 1, "correctness": 4, "helpfulness": 4}
+QUALITY = ("tokens", "correctness", "helpfulness")
+
+
+def percentiles(values: list[float]) -> dict[str, Any]:
+    """n, mean, p10, p50, p90 (None without values)."""
+    if not values:
+        return {"n": 0, "mean": None, "p10": None, "p50": None, "p90": None}
+    if len(values) == 1:
+        return {"n": 1, "mean": values[0], "p10": values[0], "p50": values[0], "p90": values[0]}
+    deciles = statistics.quantiles(values, n=10, method="inclusive")
+    return {"n": len(values), "mean": round(statistics.fmean(values), 1), "p10": round(deciles[0], 1),
+            "p50": round(deciles[4], 1), "p90": round(deciles[8], 1)}
+
+
+def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One row per mode (in order of first appearance): each ``SUMMARY_KEYS`` value's mean over seeds with its
+    95% t-interval in ``ci``, the largest staleness, and the completion lengths (per-step means, pooled)."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for r in records:
+        groups.setdefault(r["mode"], []).append(r)
+    out = []
+    for mode, rs in groups.items():
+        row: dict[str, Any] = {"mode": mode, "seeds": [r["seed"] for r in rs], "ci": {}}
+        for key, digits in SUMMARY_KEYS.items():
+            values = [r[key] for r in rs if r.get(key) is not None]
+            if not values or len(values) != len(rs):
+                row[key] = None
+                continue
+            mean, low, high = t_interval(values)
+            row[key] = round(mean, digits)
+            row["ci"][key] = None if low is None else [round(low, digits), round(high, digits)]
+        row["staleness_max"] = max(r["staleness_max"] for r in rs)
+        row["staleness_bound"] = rs[0]["staleness_bound"]
+        row["staleness_ok"] = all(r["staleness_ok"] for r in rs)
+        row["lengths"] = percentiles([v for r in rs for v in r["step_lengths"]])
+        if any("tail" in r for r in rs):
+            tails = [r["tail"] for r in rs if "tail" in r]
+            row["tail"] = {"kept": percentiles([v for t in tails for v in t["kept_lengths"]]),
+                           "deferred": percentiles([v for t in tails for v in t["deferred_lengths"]]),
+                           "deferred_prompts": sum(t["deferred_prompts"] for t in tails),
+                           "long_rounds": sum(t["long_rounds"] for t in tails),
+                           "queue_wait_max": max(t["queue_wait_max"] for t in tails)}
+        out.append(row)
+    return out
+
+
+def against_sync(summary: list[dict[str, Any]]) -> None:
+    """Adds to each mode its speed-up over ``sync`` (run wall time and loop time, means over seeds) and, per
+    quality figure, whether its mean lies inside sync's 95% interval (None where sync has no interval)."""
+    sync = next((r for r in summary if r["mode"] == "sync"), None)
+    for r in summary:
+        if sync is None:
+            r["speedup"] = r["loop_speedup"] = None
+            r["inside_sync_ci"] = dict.fromkeys(QUALITY)
+            continue
+        r["speedup"] = round(sync["train_wall_s"] / r["train_wall_s"], 3) if r.get("train_wall_s") else None
+        r["loop_speedup"] = round(sync["loop_s"] / r["loop_s"], 3) if r.get("loop_s") else None
+        inside = {}
+        for key in QUALITY:
+            ci = sync["ci"].get(key)
+            inside[key] = None if ci is None or r.get(key) is None else ci[0] <= r[key] <= ci[1]
+        r["inside_sync_ci"] = inside
+
+
+def best_mode(summary: list[dict[str, Any]]) -> str | None:
+    """The fastest mode other than sync (by run wall time), None when none ran."""
+    pool = [r for r in summary if r["mode"] != "sync" and r.get("train_wall_s")]
+    return min(pool, key=lambda r: r["train_wall_s"])["mode"] if pool else None
+
+
+def analyse(records: list[dict[str, Any]]) -> dict[str, Any]:
+    summary = aggregate(records)
+    against_sync(summary)
+    return {"summary": summary, "best_mode": best_mode(summary),
+            "staleness_ok": all(r["staleness_ok"] for r in records)}
+
+
+def _cell(row: dict[str, Any], key: str, scale: float = 1.0, digits: int = 1, unit: str = "") -> str:
+    if row.get(key) is None:
+        return "-"
+    ci = (row.get("ci") or {}).get(key)
+    text = f"{scale * row[key]:.{digits}f}{unit}"
+    return text + (f" [{scale * ci[0]:.{digits}f}, {scale * ci[1]:.{digits}f}]" if ci else "")
+
+
+def _dist(d: dict[str, Any]) -> str:
+    return "-" if not d["n"] else f"{d['mean']} (p10 {d['p10']}, p50 {d['p50']}, p90 {d['p90']}; {d['n']} steps)"
+
+
+def _speedup(row: dict[str, Any]) -> str:
+    return "-" if row.get("speedup") is None else f"{row['speedup']:.2f}×"
+
+
+def _yes(v: bool | None) -> str:
+    return "-" if v is None else "yes" if v else "NO"
+
+
+def section(title: str, part: dict[str, Any], unsupported: dict[str, str]) -> list[str]:
+    lines = [f"## {title}", "",
+             "| mode | run wall (min) | loop (min) | completions/s | engine idle | trainer idle | speed-up vs sync | "
+             "staleness max (bound) | tokens | correctness | helpfulness | inside sync's 95% CI (T/C/H) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for r in part["summary"]:
+        inside = r.get("inside_sync_ci") or {}
+        lines.append(
+            f"| {r['mode']} | {_cell(r, 'train_wall_s', 1 / 60)} | {_cell(r, 'loop_s', 1 / 60)} | "
+            f"{_cell(r, 'completions_per_s', digits=3)} | {_cell(r, 'engine_idle_share', 100, unit='%')} | "
+            f"{_cell(r, 'trainer_idle_share', 100, unit='%')} | "
+            f"{_speedup(r)} | "
+            f"{r['staleness_max']} ({r['staleness_bound']}){'' if r['staleness_ok'] else ' OVER'} | "
+            f"{_cell(r, 'tokens')} | {_cell(r, 'correctness', 100, unit='%')} | "
+            f"{_cell(r, 'helpfulness', 100, unit='%')} | "
+            f"{'/'.join(_yes(inside.get(k)) for k in QUALITY)} |")
+    for mode, why in unsupported.items():
+        lines.append(f"| {mode} | not supported: {why} | | | | | | | | | | |")
+    lines += ["", "Completion lengths (tokens; per-step means, pooled over seeds):", ""]
+    for r in part["summary"]:
+        lines.append(f"- {r['mode']}: all rows {_dist(r['lengths'])}")
+        if "tail" in r:
+            t = r["tail"]
+            lines.append(f"  - kept in short rounds: {_dist(t['kept'])}; deferred, in their long rounds: "
+                         f"{_dist(t['deferred'])}; {t['deferred_prompts']} prompts deferred, {t['long_rounds']} long "
+                         f"rounds, longest queue wait {t['queue_wait_max']} steps")
+    return lines + [""]
+
+
+def markdown(report: dict[str, Any]) -> str:
+    m = report["meta"]
+    lines = ["# Stage-2 rollout modes: sync, tail batching, decoupled, both", "",
+             f"Command: `{m['command']}`", "",
+             f"Machine: {m['machine']}; threads {m['threads']}; date {m['date']}; load average (1/5/15 min) before / "
+             f"after: {m['loadavg_before']} / {m['loadavg_after']}. Whole benchmark {m['wall_min']:.1f} min.", "",
+             f"Tiny student, band variant (`{m['config']}`), from `{m['rft']}`: {m['steps']} steps × "
+             f"{m['prompts_per_step']} prompts × {m['generations']} completions (max {m['max_completion_length']} "
+             f"tokens) per run, stage-2 seeds {', '.join(map(str, m['seeds']))}; calculator off in every mode (the "
+             f"decoupled mode refuses it). sync and tail roll out on colocated vLLM; decoupled on a vLLM server "
+             f"process beside the trainer (its start-up counted in the run wall time), max_staleness "
+             f"{m['max_staleness']}. Final students evaluated on {m['eval_tasks']} test tasks (greedy, max "
+             f"{m['eval_max_tokens']} tokens, rubric judge).", "",
+             "Means over seeds with the 95% t-interval in brackets (none with one seed). Run wall: the training "
+             "process (plus the server for decoupled); loop: the training loop alone (`elapsed_s`). completions/s: "
+             "completions trained on / loop time. " + m["idle_note"], ""]
+    lines += section("Tiny student", report["tiny"], report.get("unsupported", {}))
+    if report.get("smollm2"):
+        lines += section("SmolLM2 with LoRA (`configs/smollm2/grpo.yaml`)", report["smollm2"], {})
+    lines += ["Staleness: optimizer steps between the weights that generated a trained batch and the weights it "
+              "trains (sync and tail: 0, every group generated by the current policy; tail's queue wait is not "
+              f"staleness). Bound held in every run: {'yes' if report['staleness_ok'] else 'NO'}.", "",
+              f"![rollout modes]({Path(m['out']).name}.png)", ""]
+    return "\n".join(lines)
+
+
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Run wall time, idle shares and correctness vs tokens per mode (means, 95% intervals)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = report["tiny"]["summary"]
+    names = [r["mode"] for r in rows]
+
+    def err(key: str, scale: float = 1.0) -> list[list[float]]:
+        lo, hi = [], []
+        for r in rows:
+            ci = r["ci"].get(key)
+            lo.append(0.0 if not ci or r.get(key) is None else scale * (r[key] - ci[0]))
+            hi.append(0.0 if not ci or r.get(key) is None else scale * (ci[1] - r[key]))
+        return [lo, hi]
+
+    fig, (a, b, c) = plt.subplots(1, 3, figsize=(14, 4.2))
+    a.bar(names, [(r.get("train_wall_s") or 0) / 60 for r in rows], yerr=err("train_wall_s", 1 / 60), capsize=4)
+    a.set_ylabel("run wall time (min)")
+    a.set_title("wall time per run")
+    x = range(len(rows))
+    b.bar([i - 0.2 for i in x], [100 * (r.get("engine_idle_share") or 0) for r in rows], 0.4, label="rollout engine")
+    b.bar([i + 0.2 for i in x], [100 * (r.get("trainer_idle_share") or 0) for r in rows], 0.4, label="trainer")
+    b.set_xticks(list(x), names)
+    b.set_ylabel("idle share (%)")
+    b.set_title("idle share of the loop")
+    b.legend(fontsize=8)
+    for r in rows:
+        if r.get("tokens") is not None and r.get("correctness") is not None:
+            ci_t, ci_c = r["ci"].get("tokens"), r["ci"].get("correctness")
+            c.errorbar([r["tokens"]], [100 * r["correctness"]], capsize=3, fmt="o",
+                       xerr=None if not ci_t else [[r["tokens"] - ci_t[0]], [ci_t[1] - r["tokens"]]],
+                       yerr=None if not ci_c else [[100 * (r["correctness"] - ci_c[0])], [100 * (ci_c[1] - r["correctness"])]])
+            c.annotate(r["mode"], (r["tokens"], 100 * r["correctness"]), textcoords="offset points", xytext=(5, 4))
+    c.set_xlabel("tokens per reply")
+    c.set_ylabel("correctness (%)")
+    c.set_title("final student, 95% interval over seeds")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
