@@ -92,7 +92,7 @@ def test_master_port(monkeypatch) -> None:
 
 
 def test_load_generation_model(tmp_path, liveshop_small) -> None:
-    from tiny_students import small_student
+    from tests.support.students import small_student
 
     model, tokenizer, device = load_generation_model(small_student(tmp_path, liveshop_small), device="cpu")
     assert device == "cpu" and not model.training and next(model.parameters()).device.type == "cpu"

@@ -14,12 +14,13 @@ from typing import NamedTuple
 
 import httpx
 import pytest
-from serve_fixtures import LIVE_BODY, engine_core, tiny_student_dir
 
 from livethink.replicas import ReplicaSet
+from tests.support.serve import LIVE_BODY, engine_core, tiny_student_dir
 
 pytestmark = [
     pytest.mark.slow,
+    pytest.mark.vllm,
     pytest.mark.timeout(480),
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm not installed"),
 ]
