@@ -4,8 +4,8 @@ Markers (``pyproject.toml``): ``slow`` (more than ~20 s), ``vllm`` (starts a vLL
 session's PostgreSQL cluster), ``browser`` (drives headless Chromium). ``vllm`` and ``postgres`` are added here to
 every test that asks for the fixture needing them (or whose module declares them), so ``-m "not vllm"`` works.
 
-The expensive things are built once per session and shared: the LiveShop draw, the serving student
-(``tests.support.students``) and the PostgreSQL cluster (``pg``).
+The expensive things are built once per session and shared: the LiveShop draw, the small and the serving
+students (``tests.support.students``) and the PostgreSQL cluster (``pg``).
 """
 
 from __future__ import annotations
@@ -50,6 +50,12 @@ def _shared_students_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
 def liveshop_small():
     """A small deterministic LiveShop draw shared by tests."""
     return generate(seed=7, n_train=300, n_validation=30, n_test=60)
+
+
+@pytest.fixture(scope="session")
+def small_student_dir(tmp_path_factory: pytest.TempPathFactory, liveshop_small) -> Path:
+    """An untrained 1-layer MoE student on ``liveshop_small``'s tokenizer, built once (read it, don't write to it)."""
+    return students.small_student(tmp_path_factory.mktemp("small-student"), liveshop_small)
 
 
 @pytest.fixture(scope="session")

@@ -5,12 +5,11 @@ from __future__ import annotations
 import pytest
 
 from livethink.eval.generation import TransformersGenerator, make_generator
-from tests.support.students import small_student
 
 
 @pytest.fixture(scope="module")
-def student_dir(tmp_path_factory, liveshop_small):
-    return small_student(tmp_path_factory.mktemp("student"), liveshop_small)
+def student_dir(small_student_dir):
+    return small_student_dir
 
 
 def test_batched_generation_with_padding(student_dir, liveshop_small):

@@ -8,7 +8,6 @@ import pytest
 import torch
 
 from livethink.length_rl import advantages, dot, length_rewards
-from tests.support.students import small_student
 
 
 def test_group_of_one_std_is_on_the_input_device():
@@ -43,8 +42,8 @@ def test_resolve_device(monkeypatch):
 
 
 @pytest.fixture(scope="module")
-def student_dir(tmp_path_factory, liveshop_small):
-    return small_student(tmp_path_factory.mktemp("student"), liveshop_small)
+def student_dir(small_student_dir):
+    return small_student_dir
 
 
 def test_transformers_generator_device_and_dtype(student_dir, liveshop_small):
