@@ -13,7 +13,7 @@ export HF_DATASETS_OFFLINE = 1
 export TOKENIZERS_PARALLELISM = false
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: install demo test lint format clean chromium postgres haproxy replicas
+.PHONY: install demo test test-quick lint format clean chromium postgres haproxy replicas
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -75,7 +75,11 @@ demo: install
 
 test: install chromium postgres haproxy
 	$(PY) -m ruff check livethink apps tests benchmarks
-	$(PY) -m pytest -q tests
+	$(PY) -m pytest -q --durations=25 tests
+
+# The quick loop while editing: no vLLM engine, no browser, nothing marked slow.
+test-quick: install postgres
+	$(PY) -m pytest -q --durations=10 -m "not slow and not vllm and not browser" tests
 
 lint: install
 	$(PY) -m ruff check livethink apps tests benchmarks

@@ -1,4 +1,12 @@
-"""Shared fixtures. Tests run offline (no model hub) on CPU."""
+"""Shared fixtures and markers. Tests run offline (no model hub) on CPU.
+
+Markers (``pyproject.toml``): ``slow`` (more than ~20 s), ``vllm`` (starts a vLLM engine), ``postgres`` (uses the
+session's PostgreSQL cluster), ``browser`` (drives headless Chromium). ``vllm`` and ``postgres`` are added here to
+every test that asks for the fixture needing them (or whose module declares them), so ``-m "not vllm"`` works.
+
+The expensive things are built once per session and shared: the LiveShop draw, the small and the serving
+students (``tests.support.students``) and the PostgreSQL cluster (``pg``).
+"""
 
 from __future__ import annotations
 
@@ -10,12 +18,81 @@ os.environ.setdefault("HF_DATASETS_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", "1")
 
+import shutil  # noqa: E402
+import tempfile  # noqa: E402
+from collections.abc import Iterator  # noqa: E402
+from pathlib import Path  # noqa: E402
+
 import pytest  # noqa: E402
 
+from livethink.ab_test.pg_cluster import LocalPostgres, PostgresUnavailable  # noqa: E402
 from livethink.data.liveshop.generate import generate  # noqa: E402
+from tests.support import students  # noqa: E402
+
+POSTGRES_FIXTURES = {"pg", "pg_store_url"}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """``postgres`` on every test that uses the cluster (a ``store_url`` test on its PostgreSQL parameter)."""
+    for item in items:
+        params = getattr(getattr(item, "callspec", None), "params", {})
+        if POSTGRES_FIXTURES & set(getattr(item, "fixturenames", ())) or params.get("store_url") == "postgresql":
+            item.add_marker(pytest.mark.postgres)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _shared_students_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Where the session builds its shared students, on first use (a pytest temp dir: no cleanup of our own)."""
+    students.use_session_dir(tmp_path_factory.mktemp("shared-students"))
 
 
 @pytest.fixture(scope="session")
 def liveshop_small():
     """A small deterministic LiveShop draw shared by tests."""
     return generate(seed=7, n_train=300, n_validation=30, n_test=60)
+
+
+@pytest.fixture(scope="session")
+def small_student_dir(tmp_path_factory: pytest.TempPathFactory, liveshop_small) -> Path:
+    """An untrained 1-layer MoE student on ``liveshop_small``'s tokenizer, built once (read it, don't write to it)."""
+    return students.small_student(tmp_path_factory.mktemp("small-student"), liveshop_small)
+
+
+@pytest.fixture(scope="session")
+def tiny_student_dir() -> Path:
+    """The session's untrained tiny serving student (real tokenizer + Qwen3-MoE weights), built once."""
+    return students.tiny_student_dir()
+
+
+@pytest.fixture(scope="session")
+def liveshop_test_tasks() -> list:
+    """The LiveShop test tasks that go with ``tiny_student_dir``."""
+    return students.liveshop_test_tasks()
+
+
+@pytest.fixture(scope="session")
+def vllm_moe_student(tmp_path_factory: pytest.TempPathFactory, liveshop_small) -> tuple[Path, Path]:
+    """``(data root, student dir)``: a 2-layer tiny MoE whose experts matter (for the stage-2 vLLM tests)."""
+    return students.vllm_moe_student(tmp_path_factory.mktemp("grpo_vllm"), liveshop_small)
+
+
+@pytest.fixture(scope="session")
+def pg() -> Iterator[LocalPostgres]:
+    """A throwaway PostgreSQL cluster for the session, on a free loopback port (its files in a fresh /tmp dir the
+    ``postgres`` user can reach).
+
+    PostgreSQL is part of the suite (``make test`` installs Debian's ``postgresql`` first): if it cannot start, the
+    tests that use it fail with the reason, they are never skipped.
+    """
+    root = Path(tempfile.mkdtemp(prefix="livethink-pg-"))
+    root.chmod(0o755)
+    try:
+        cluster = LocalPostgres(root / "cluster")
+    except PostgresUnavailable as exc:
+        shutil.rmtree(root, ignore_errors=True)
+        pytest.fail(f"PostgreSQL is required by the A/B store tests: {exc}", pytrace=False)
+    try:
+        yield cluster
+    finally:
+        cluster.close(mode="immediate")  # thrown away: no shutdown checkpoint
+        shutil.rmtree(root, ignore_errors=True)

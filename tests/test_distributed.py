@@ -18,9 +18,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from tiny_students import grpo_setup
 
 from livethink.data.io import write_jsonl
+from tests.support.students import grpo_setup
 
 ROOT = Path(__file__).resolve().parents[1]
 ACCELERATE = Path(sys.executable).with_name("accelerate")
@@ -29,7 +29,7 @@ SMALL_STUDENT = {"num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads
 
 
 def launch(stage: str, out: Path, argv: list[str], processes: int) -> list[dict]:
-    """``accelerate launch`` the stage under ``tests/distributed_run.py``; returns every process's records."""
+    """``accelerate launch`` the stage under ``tests/support/distributed_run.py``; returns every process's records."""
     env = os.environ | {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
                         "TOKENIZERS_PARALLELISM": "false"}
     # `--multi_gpu` picks accelerate's torchrun launcher; without a GPU each process joins a gloo group on the CPU
@@ -37,7 +37,7 @@ def launch(stage: str, out: Path, argv: list[str], processes: int) -> list[dict]
     launcher = ["--multi_gpu"] if processes > 1 else ["--cpu"]
     command = [str(ACCELERATE), "launch", *launcher, "--num_processes", str(processes), "--num_machines", "1",
                "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
-               str(ROOT / "tests/distributed_run.py"), stage, str(out), "--", *argv]
+               str(ROOT / "tests/support/distributed_run.py"), stage, str(out), "--", *argv]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
     assert result.returncode == 0, result.stderr[-4000:]
     records = []

@@ -91,12 +91,10 @@ def test_master_port(monkeypatch) -> None:
     assert engines.set_master_port() == "29517"  # the launcher's (or operator's) value wins
 
 
-def test_load_generation_model(tmp_path, liveshop_small) -> None:
-    from tiny_students import small_student
-
-    model, tokenizer, device = load_generation_model(small_student(tmp_path, liveshop_small), device="cpu")
+def test_load_generation_model(small_student_dir) -> None:
+    model, tokenizer, device = load_generation_model(small_student_dir, device="cpu")
     assert device == "cpu" and not model.training and next(model.parameters()).device.type == "cpu"
     assert tokenizer.padding_side == "left" and tokenizer.pad_token is not None
     assert model.config.output_router_logits is False  # a MoE student: router logits off for generation
     with pytest.raises(ValueError, match="dtype must be one of"):
-        load_generation_model(tmp_path, dtype="int8")
+        load_generation_model(small_student_dir, dtype="int8")

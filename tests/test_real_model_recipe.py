@@ -29,7 +29,7 @@ RECIPE = re.compile(r"<!-- recipe:start -->\s*```bash\n(.*?)```\s*<!-- recipe:en
 DISTRIBUTED_ENV = frozenset({"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "ROLE_RANK",
                              "MASTER_ADDR", "MASTER_PORT", "TORCHELASTIC_RUN_ID"})
 
-pytestmark = [pytest.mark.slow, pytest.mark.timeout(900)]
+pytestmark = [pytest.mark.slow, pytest.mark.vllm, pytest.mark.timeout(900)]
 
 
 def recipe_script(readme: str) -> str:

@@ -2,7 +2,7 @@
 
     python -m apps.demo.screenshots --url http://127.0.0.1:7860 [--out docs/images]
 
-Used by the browser test (``tests/test_demo_browser.py``) and to refresh ``docs/images/`` after
+Used by the browser test (``tests/apps/test_demo_browser.py``) and to refresh ``docs/images/`` after
 ``make demo``. Chromium is Debian's ``chromium`` + ``chromium-driver`` (``apt-get install -y chromium
 chromium-driver``), started headless (``FLAGS``) with a fresh ``--user-data-dir``.
 """

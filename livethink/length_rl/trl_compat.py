@@ -5,7 +5,7 @@
 behaviour reachable as ``trl_*``; it also gives public names to the private attributes stage 2 reads (``log_metric``,
 ``text_tokenizer``, ``per_token_logps``). The patches of TRL's vLLM generation (calculator logits processor, forced
 log-probs, CPU weight sync) go through ``patch_llm_constructor``, ``wrap_vllm_generate``, ``replace_weight_sync`` and
-``named_params_for_sync``. ``tests/test_length_rl_trl_compat.py`` proves no other module of ``livethink.length_rl``
+``named_params_for_sync``. ``tests/length_rl/test_trl_compat.py`` proves no other module of ``livethink.length_rl``
 names a TRL private.
 
 Written against TRL ``TRL_VERSION``; on another version ``check_trl_version`` warns (or raises, with

@@ -1,36 +1,12 @@
-"""A/B fixtures: one throwaway PostgreSQL cluster per test session, and store URLs on SQLite and on it.
-
-PostgreSQL is part of the suite (``make test`` installs Debian's ``postgresql`` first): if it cannot start, the
-tests that use it fail with the reason, they are never skipped.
-"""
+"""A/B fixtures: store URLs on SQLite and on the session's PostgreSQL cluster (``pg``, ``tests/conftest.py``)."""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
-from livethink.ab_test.pg_cluster import LocalPostgres, PostgresUnavailable
-
-
-@pytest.fixture(scope="session")
-def pg() -> Iterator[LocalPostgres]:
-    """A cluster on a free loopback port (its files in a fresh /tmp dir the ``postgres`` user can reach)."""
-    root = Path(tempfile.mkdtemp(prefix="livethink-pg-"))
-    root.chmod(0o755)
-    try:
-        cluster = LocalPostgres(root / "cluster")
-    except PostgresUnavailable as exc:
-        shutil.rmtree(root, ignore_errors=True)
-        pytest.fail(f"PostgreSQL is required by the A/B store tests: {exc}", pytrace=False)
-    try:
-        yield cluster
-    finally:
-        cluster.close(mode="immediate")  # thrown away: no shutdown checkpoint
-        shutil.rmtree(root, ignore_errors=True)
+from livethink.ab_test.pg_cluster import LocalPostgres
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

@@ -17,9 +17,9 @@ from typing import NamedTuple
 
 import httpx
 import pytest
-from serve_fixtures import LIVE_BODY, tiny_student_dir
 
 from livethink.replicas import ReplicaSet
+from tests.support.serve import LIVE_BODY, tiny_student_dir
 
 EXPERIMENT = """
 name: replicas_ab

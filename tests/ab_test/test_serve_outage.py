@@ -8,11 +8,11 @@ import time
 from pathlib import Path
 
 import httpx
-from serve_fixtures import LIVE_BODY, ServerThread, make_config, tiny_student_dir
 
 from livethink.ab_test.pg_cluster import LocalPostgres
 from livethink.ab_test.store import EventStore
 from livethink.serve.app import create_app
+from tests.support.serve import LIVE_BODY, ServerThread, make_config, tiny_student_dir
 
 EXPERIMENT = """
 name: outage_ab

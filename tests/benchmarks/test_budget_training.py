@@ -1,0 +1,46 @@
+"""The budget-training benchmark's pure analysis (benchmarks/budget_training.py) on hand-made results."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+_spec = importlib.util.spec_from_file_location("budget_bench", Path(__file__).resolve().parents[2] / "benchmarks/budget_training.py")
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+CAPS = [0, 32, 64, 96, 128, 192]
+RFT = {"name": "rft", "n": 500, "correct": 0.50, "helpful": 0.40, "tokens": 240.0, "caps": CAPS,
+       "correct_at_cap": [0.1, 0.2, 0.25, 0.3, 0.4, 0.48], "helpful_at_cap": [0.0] * 6, "floor": 192}
+
+
+def model(c64: float, correct: float, helpful: float, tokens: float, floor: int | None) -> dict:
+    return {"name": "m", "n": 500, "correct": correct, "helpful": helpful, "tokens": tokens, "caps": CAPS,
+            "correct_at_cap": [0.3, 0.4, c64, 0.5, 0.5, 0.5], "helpful_at_cap": [0.0] * 6, "floor": floor}
+
+
+def test_targets_against_the_rft_student():
+    good = bench.verdicts(model(0.45, 0.49, 0.41, 110.0, 64), RFT)  # 0.45 ≥ 0.9·0.50; 0.49 ≥ 0.48; 110 ≤ 120
+    assert all(v["met"] for v in good.values())
+    bad = bench.verdicts(model(0.44, 0.47, 0.39, 121.0, None), RFT)
+    assert not any(v["met"] for v in bad.values())
+    assert bad["token_reduction"]["value"] == pytest.approx(1 - 121 / 240, abs=1e-4)
+
+
+def test_aggregate_over_seeds_and_the_report():
+    models = [model(0.40, 0.48, 0.40, 100.0, 64), model(0.44, 0.50, 0.42, 120.0, 32)]
+    row = bench.aggregate("drpo_budget", models, RFT)
+    assert row["correct_at_cap"]["64"]["mean"] == pytest.approx(0.42)
+    assert row["d_correct_pts"]["values"] == pytest.approx([-2.0, 0.0])
+    assert row["token_reduction"]["mean"] == pytest.approx(1 - 110 / 240)
+    assert row["floors"] == [64, 32]
+    report = {"rft": RFT, "methods": [row], "targets": {"0": bench.verdicts(models[0], RFT)},
+              "runs": [{"method": "drpo_budget", "seed": 0, "steps": 96, "train_wall_s": None, "train_step_s": 600.0}],
+              "meta": {"seeds": [0, 1], "loadavg_before": [0.5], "loadavg_after": [1.0], "wall_s": 10.0,
+                       "command": "python benchmarks/budget_training.py"}}
+    text = bench.markdown(report)
+    assert "| rft | 10.0 | 20.0 | 25.0 | 30.0 | 40.0 | 48.0 | 50.0 | 192 |" in text
+    assert "| drpo_budget | 0 | 96 | reused | 600.0 |" in text
+    assert "| 0 | 40.0% ✗ (≥ 45.0%)" in text
