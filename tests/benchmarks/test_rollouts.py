@@ -123,21 +123,21 @@ def test_arguments_and_engine_timer():
 
 @pytest.mark.slow
 @pytest.mark.vllm
-def test_smoke_run_of_sync_and_tail(vllm_moe_student, tmp_path):
+def test_smoke_run_of_the_tail_mode(vllm_moe_student, tmp_path):
+    """The benchmark end to end in miniature (train, evaluate, report) on tail batching, the mode with the most
+    plumbing (the sync path is the same without the tail metrics; the report math is pinned above)."""
     root, model_dir = vllm_moe_student
     out = tmp_path / "rollouts"
     env = dict(os.environ, OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT), HF_HUB_OFFLINE="1")
-    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/rollouts.py"), "--smoke", "--modes", "sync,tail",
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks/rollouts.py"), "--smoke", "--modes", "tail",
                            "--seeds", "0", "--rft", str(model_dir), "--data-dir", str(root / "data"),
                            "--runs-dir", str(tmp_path / "runs"), "--out", str(out)],
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     result = json.loads(out.with_suffix(".json").read_text())
-    sync, tail = result["tiny"]["records"]
-    for r in (sync, tail):
-        assert r["steps"] == 2 and r["eval_tasks"] == 4 and r["staleness_max"] == 0 and r["staleness_ok"]
-        assert 0 < r["engine_busy_s"] < r["loop_s"] and 0 < r["engine_idle_share"] < 1
-        assert r["trainer_idle_share"] == pytest.approx(1 - r["engine_idle_share"], abs=2e-4)
+    (tail,) = result["tiny"]["records"]
+    assert tail["steps"] == 2 and tail["eval_tasks"] == 4 and tail["staleness_max"] == 0 and tail["staleness_ok"]
+    assert 0 < tail["engine_busy_s"] < tail["loop_s"] and 0 < tail["engine_idle_share"] < 1
+    assert tail["trainer_idle_share"] == pytest.approx(1 - tail["engine_idle_share"], abs=2e-4)
     assert "tail" in tail and tail["tail"]["long_rounds"] + len(tail["tail"]["kept_lengths"]) >= 1
-    assert result["tiny"]["summary"][1]["speedup"] > 0
     assert out.with_suffix(".md").is_file() and out.with_suffix(".png").stat().st_size > 0
