@@ -40,7 +40,7 @@ SMOKE = {"steps": 2, "prompts_per_step": 2, "generations": 2, "max_completion_le
 IDLE_NOTE = ("Idle shares over the training loop: the rollout engine's = 1 − its generation time / loop time (every "
              "vLLM generation call timed, `rollout/engine_busy_s`); the trainer's = the time it waited for rollouts / "
              "loop time, which with a colocated engine (sync, tail) is that same generation time and with the server "
-             "(decoupled) the summed `decoupled/wait_s`.")
+             "(decoupled, both) the summed `decoupled/wait_s`.")
 
 
 def parse_modes(text: str) -> list[str]:

@@ -147,12 +147,12 @@ def markdown(report: dict[str, Any]) -> str:
              f"Tiny student, band variant (`{m['config']}`), from `{m['rft']}`: {m['steps']} steps × "
              f"{m['prompts_per_step']} prompts × {m['generations']} completions (max {m['max_completion_length']} "
              f"tokens) per run, stage-2 seeds {', '.join(map(str, m['seeds']))}; calculator off in every mode (the "
-             f"decoupled mode refuses it). sync and tail roll out on colocated vLLM; decoupled on a vLLM server "
-             f"process beside the trainer (its start-up counted in the run wall time), max_staleness "
+             f"decoupled modes refuse it). sync and tail roll out on colocated vLLM; decoupled and both on a vLLM "
+             f"server process beside the trainer (its start-up counted in the run wall time), max_staleness "
              f"{m['max_staleness']}. Final students evaluated on {m['eval_tasks']} test tasks (greedy, max "
              f"{m['eval_max_tokens']} tokens, rubric judge).", "",
              "Means over seeds with the 95% t-interval in brackets (none with one seed). Run wall: the training "
-             "process (plus the server for decoupled); loop: the training loop alone (`elapsed_s`). completions/s: "
+             "process (plus the server for decoupled and both); loop: the training loop alone (`elapsed_s`). completions/s: "
              "completions trained on / loop time. " + m["idle_note"], ""]
     lines += section("Tiny student", report["tiny"], report.get("unsupported", {}))
     if report.get("smollm2"):

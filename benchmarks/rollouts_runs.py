@@ -53,7 +53,7 @@ def unsupported(mode: str, config: str) -> str | None:
 
 def grpo_cmd(args, mode: str, out: Path, seed: int, server_url: str | None = None) -> list[str]:
     """One mode's training command: the band config, the benchmark's budget, calculator off in every mode (the
-    decoupled mode refuses it), vLLM colocated (``sync``, ``tail``) or on the server beside the trainer."""
+    decoupled modes refuse it), vLLM colocated (``sync``, ``tail``) or on the server beside the trainer."""
     cmd = [sys.executable, "-m", "livethink.length_rl.cli", "--config", str(ROOT / args.config),
            "--output_dir", str(out), "--max_steps", str(args.steps), "--seed", str(seed), "--logging_steps", "1",
            "--save_steps", str(max(1, args.steps)), "--calculator", "false"]

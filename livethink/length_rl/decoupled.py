@@ -57,10 +57,10 @@ class DecoupledOptions:
         if not cfg.vllm_importance_sampling_correction:
             raise ValueError("rollout_mode: decoupled trains on rollouts of an older policy and needs the importance "
                              "sampling correction: set vllm_importance_sampling_correction: true")
-        for name in ("tail_batching", "budget_forcing", "calculator"):
+        for name in ("budget_forcing", "calculator"):
             if getattr(cfg, name, False):
                 raise ValueError(f"rollout_mode: decoupled does not support {name}: true (its rollouts need the "
-                                 f"colocated engine or a per-step round plan); turn one of them off")
+                                 f"colocated engine's logits processors); turn one of them off")
         lag = window_optimizer_steps(cfg.steps_per_generation, cfg.num_iterations, cfg.gradient_accumulation_steps)
         if lag > self.max_staleness:
             raise ValueError(f"max_staleness {self.max_staleness} is below the {lag} optimizer steps of one generation "

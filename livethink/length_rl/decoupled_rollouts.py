@@ -7,6 +7,10 @@ the trainer's epoch iterator), and ``sync_weights`` by a reload queued on the pr
 written on the trainer thread first, so the reload pushes exactly that step's policy). Everything else — old
 log-probs under the current policy, TRL's importance-sampling ratio against the server's behaviour log-probs, the
 variant's rewards and loss — runs unchanged on the trainer thread.
+
+With tail batching on too, the next window's round is not the next dataloader item alone: the trainer launches it
+once this step's round has settled (``launch_rows``, with the rows and cap ``TailRollouts.peek`` planned), so short
+rounds (with their extra prompts) and long rounds are both generated while the previous step trains.
 """
 
 from __future__ import annotations
@@ -86,8 +90,8 @@ class DecoupledRollouts:
             self.prefetcher.sync(version, lambda: reload_server_weights(client, folder))
 
     # ----- generation
-    def _request(self, unique_prompts: list[list[int]], num_generations: int) -> Request:
-        cap = self.trainer.vllm_generation.max_completion_length
+    def _request(self, unique_prompts: list[list[int]], num_generations: int, cap: int | None = None) -> Request:
+        cap = self.trainer.vllm_generation.max_completion_length if cap is None else cap
         return Request(tuple(map(tuple, unique_prompts)), num_generations, cap)
 
     def _generate_on_server(self, request: Request) -> Payload:
@@ -121,7 +125,8 @@ class DecoupledRollouts:
             trainer.log_metric("decoupled/hit", float(hit))
             trainer.log_metric("decoupled/wait_s", wait_s)
             trainer.log_metric("decoupled/idle_share", self.prefetcher.idle_share(wait_s))
-            self._launch_next(num_generations)
+            if trainer.tail is None:  # with tail batching the trainer launches the planned round (launch_rows)
+                self._launch_next(num_generations)
         all_prompt_ids = [ids for ids in prompt_ids for _ in range(num_generations)]
         rows = slice(accelerator.process_index * len(prompts), (accelerator.process_index + 1) * len(prompts))
         return (all_prompt_ids[rows], completion_ids[rows], logprobs[rows] if logprobs is not None else None,
@@ -129,26 +134,34 @@ class DecoupledRollouts:
 
     def _launch_next(self, num_generations: int) -> None:
         """Queue the next window's generation (all processes gather its prompts; the main process queues it)."""
+        rows = self.next_rows()
+        self._launch(None if rows is None else self._prompt_ids(rows), num_generations, None)
+
+    def launch_rows(self, rows: list[dict[str, Any]] | None, cap: int) -> None:
+        """Queue the generation of the next round's ``rows`` (this process's, ``None`` at the end of the epoch) at
+        ``cap``: the round tail batching planned (every process calls it)."""
+        self._launch(None if rows is None else self._prompt_ids(rows), self.trainer.num_generations, cap)
+
+    def _launch(self, local: list[list[int]] | None, num_generations: int, cap: int | None) -> None:
         from accelerate.utils import gather_object
 
-        local = self._next_prompt_ids()
         gathered = gather_object([local])
         if not self.trainer.accelerator.is_main_process or any(p is None for p in gathered):
             return
         unique = [ids for part in gathered for ids in part][::num_generations]
-        self.prefetcher.launch(self._request(unique, num_generations))
+        self.prefetcher.launch(self._request(unique, num_generations, cap))
 
-    def _next_prompt_ids(self) -> list[list[int]] | None:
-        """Token ids of the next window's prompts (this process's rows), None at the end of the epoch."""
+    def next_rows(self) -> list[dict[str, Any]] | None:
+        """The next window's dataloader rows (this process's), None at the end of the epoch."""
         if self.lookahead is None or self.generation_batch is None:
             return None
         index = self.lookahead.index_of(self.generation_batch)
-        upcoming = None if index is None else self.lookahead.peek(index + self.window)
-        if upcoming is None:
-            return None
+        return None if index is None else self.lookahead.peek(index + self.window)
+
+    def _prompt_ids(self, rows: list[dict[str, Any]]) -> list[list[int]]:
         from livethink.length_rl.trl_compat import tokenize_prompts
 
-        return tokenize_prompts(self.trainer, [row["prompt"] for row in upcoming])
+        return tokenize_prompts(self.trainer, [row["prompt"] for row in rows])
 
     def close(self) -> None:
         """After training: drop an unclaimed prefetch once the worker ran its queue."""

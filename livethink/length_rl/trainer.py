@@ -281,6 +281,8 @@ class LengthRLTrainer(GRPOHooks):
             if self.budget_sampler is not None:
                 self.budget_sampler.active = False
         usable = self.tail.settle(self, tail, output, inputs) if tail is not None else None
+        if tail is not None and self.decoupled is not None:
+            self.tail.prefetch_next(self)  # the next round, generated on the server while this step trains
         if self.budget_sampler is not None and training:  # before any variant edit: rows still match the draw
             self._mask_budget_forced_tokens(output)
         output = self.variant.postprocess_batch(self, output, len(inputs))

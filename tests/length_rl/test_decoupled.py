@@ -44,7 +44,6 @@ def _config(**overrides):
     ({"max_staleness": 0}, "max_staleness"),
     ({"vllm_mode": "colocate"}, "vllm_mode: server"),
     ({"vllm_importance_sampling_correction": False}, "vllm_importance_sampling_correction"),
-    ({"tail_batching": True}, "tail_batching"),
     ({"budget_forcing": True, "max_completion_length": 256}, "budget_forcing"),
     ({"steps_per_generation": 4, "gradient_accumulation_steps": 1}, "max_staleness 1"),
 ])
@@ -56,6 +55,7 @@ def test_config_refuses_unsupported_decoupled_settings_naming_the_field(override
 def test_config_defaults_to_sync_and_accepts_a_decoupled_server_run():
     assert GRPOVariantConfig(output_dir="/tmp/unused", report_to="none", use_cpu=True, bf16=False).rollout_mode == "sync"
     assert _config(steps_per_generation=4, gradient_accumulation_steps=1, max_staleness=4).max_staleness == 4
+    assert _config(tail_batching=True, max_completion_length=64).tail_batching  # both: tail rounds, prefetched
     assert window_optimizer_steps(4, 1, 1) == 4 and window_optimizer_steps(2, 1, 2) == 1
 
 

@@ -110,3 +110,44 @@ def test_grpo_config_refuses_bad_tail_options():
         GRPOVariantConfig(**base, tail_batching=True, tail_short_tokens=16)
     with pytest.raises(ValueError, match="tail_overprovision"):
         GRPOVariantConfig(**base, tail_batching=True, tail_overprovision=0.5)
+
+
+class _Trainer:
+    """What ``TailRollouts`` reads of the trainer: one process, a step counter, numbered prompt draws."""
+
+    def __init__(self):
+        from types import SimpleNamespace
+
+        self.accelerator = SimpleNamespace(gather=lambda t: t, device="cpu")
+        self.args = SimpleNamespace(max_completion_length=64)
+        self.state = SimpleNamespace(global_step=3)
+        self.draws = 0
+
+    def log_metric(self, name: str, value: float) -> None:
+        pass
+
+    def draw_prompts(self, n: int) -> list[dict]:
+        self.draws += n
+        return [{"id": f"d{self.draws - n + i}"} for i in range(n)]
+
+
+@pytest.mark.parametrize(("queue_state", "groups", "cap"), [
+    ({}, ["p0", "p1", "d0", "d1"], 8),  # a short round: fresh draws as the extras, at the short limit
+    ({"displaced": [{"id": "x"}]}, ["p0", "p1", "x", "d0"], 8),  # the displaced prompt first, then a draw
+    ({"deferred": [[{"id": "a"}, 1], [{"id": "b"}, 2], [{"id": "c"}, 2]]}, ["a", "b"], 64),  # a long round
+])
+def test_peek_plans_exactly_the_round_plan_then_runs(queue_state, groups, cap):
+    """Decoupled + tail: the round prefetched one step ahead (``peek``) is the round the step generates (``plan``),
+    so the prefetch serves it; a short round's cap is the short limit, a long round's the full one."""
+    from livethink.length_rl.tail_rollouts import TailRollouts
+
+    tail, trainer = TailRollouts(short_cap=8, overprovision=2.0, group_size=2), _Trainer()
+    tail.queue = TailQueue.from_state(queue_state)
+    inputs = [{"id": "p0"}, {"id": "p0"}, {"id": "p1"}, {"id": "p1"}]
+    peeked = tail.peek(trainer, inputs)
+    assert tail.peek(trainer, inputs) == peeked  # peeking again draws nothing more
+    planned = tail.plan(trainer, inputs, None)
+    assert (planned.inputs, planned.cap) == peeked and tail.reserved == []
+    rows = planned.inputs
+    assert [r["id"] for r in rows[::2]] == groups and rows[::2] == rows[1::2] and planned.cap == cap
+    assert trainer.draws == sum(g.startswith("d") for g in groups)
