@@ -218,6 +218,32 @@ def training(tiny: Report, smollm2: Report, gpu: Report) -> list[str]:
             f"{'/'.join(map(str, sorted(steps)))} GRPO steps of {', '.join(gpu['grpo'])}."]
 
 
+def rollouts(report: Report) -> list[str]:
+    """Each stage-2 rollout mode against sync: run wall, speed-up, idle shares, the final student's quality."""
+    meta = report["meta"]
+
+    def cell(row: dict[str, Any], key: str, scale: float = 1.0, digits: int = 1) -> str:
+        low_high = row["ci"].get(key)
+        text = f"{scale * row[key]:.{digits}f}"
+        return text if not low_high else f"{text} [{scale * low_high[0]:.{digits}f}, {scale * low_high[1]:.{digits}f}]"
+
+    lines = [f"{meta['steps']} GRPO steps × {meta['prompts_per_step']} prompts × {meta['generations']} completions "
+             f"(max {meta['max_completion_length']} tokens) per run, band variant, tiny student, stage-2 seeds "
+             f"{', '.join(map(str, meta['seeds']))}; final students on {meta['eval_tasks']} test tasks. Brackets: 95% "
+             "interval over seeds.", "",
+             "| mode | run wall (s) | speed-up | engine idle | trainer idle | staleness (bound) | tokens | C (%) | H (%) "
+             "| inside sync's interval (T/C/H) |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in report["tiny"]["summary"]:
+        inside = "/".join({True: "yes", False: "no", None: "–"}[row["inside_sync_ci"][k]]
+                          for k in ("tokens", "correctness", "helpfulness"))
+        lines.append(f"| {row['mode']} | {cell(row, 'train_wall_s')} | {row['speedup']:.2f}× | "
+                     f"{_pct(row['engine_idle_share'], 0)} | {_pct(row['trainer_idle_share'], 0)} | "
+                     f"{row['staleness_max']} ({row['staleness_bound']}) | {cell(row, 'tokens')} | "
+                     f"{cell(row, 'correctness', 100)} | {cell(row, 'helpfulness', 100)} | {inside} |")
+    lines += [f"| {mode} | not supported: {why} | | | | | | | | |" for mode, why in report.get("unsupported", {}).items()]
+    return lines
+
+
 BLOCKS: dict[str, tuple[tuple[str, ...], Callable[..., list[str]]]] = {
     "stage1": (("teacher_quality.json", "compression.json"), stage1),
     "compression": (("compression.json",), compression),
@@ -227,6 +253,7 @@ BLOCKS: dict[str, tuple[tuple[str, ...], Callable[..., list[str]]]] = {
     "serve_goodput": (("serve_load.json",), serve_goodput),
     "serve_summary": (("serve_load.json", "serve_recovery.json"), serve_summary),
     "ab_checks": (("ab_assignment.json", "ab_ingest.json", "replica_scaling.json", "ab_power.json"), ab_checks),
+    "rollouts": (("rollouts.json",), rollouts),
     "training": (("train_throughput.json", "train_throughput_smollm2.json", "gpu_check.json"), training),
 }
 

@@ -35,7 +35,8 @@ from rollouts_report import analyse, markdown, plot
 from rollouts_runs import MAX_STALENESS, MODES, bench_env, train_and_record, unsupported
 
 SMOLLM2 = {"config": "configs/smollm2/grpo.yaml", "model": "runs/smollm2/rft/final", "data_dir": "examples/my_shop"}
-SMOKE = {"steps": 2, "prompts_per_step": 2, "generations": 2, "max_completion_length": 32, "eval_n": 4,
+SMOKE = {"steps": 2, "prompts_per_step": 2, "generations": 2, "max_completion_length": 32, "tail_short_tokens": 16,
+         "eval_n": 4,
          "eval_max_tokens": 64, "max_model_len": 512, "n_prompts": 16}
 IDLE_NOTE = ("Idle shares over the training loop: the rollout engine's = 1 − its generation time / loop time (every "
              "vLLM generation call timed, `rollout/engine_busy_s`); the trainer's = the time it waited for rollouts / "
@@ -63,6 +64,9 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--prompts-per-step", type=int, default=8)
     p.add_argument("--generations", type=int, default=4)
     p.add_argument("--max-completion-length", type=int, default=384)
+    p.add_argument("--tail-short-tokens", type=int, default=320, help="tail and both: the short rounds' limit. A "
+                   "group is deferred when any of its completions reaches it, so it sits near the 95th percentile of "
+                   "the completion lengths (the tiny band runs: mean 210, max 330-384 of 384), not at half the cap")
     p.add_argument("--n-prompts", type=int, default=0, help="training prompts (0 = the whole train split)")
     p.add_argument("--max-model-len", type=int, default=1024, help="vLLM context (colocated engine and server)")
     p.add_argument("--engine", default="vllm", help="eval engine (harness): vllm | transformers | auto")
@@ -151,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         "rft": str(args.rft.relative_to(ROOT) if args.rft.is_relative_to(ROOT) else args.rft),
         "modes": args.modes, "seeds": args.seeds, "steps": args.steps, "prompts_per_step": args.prompts_per_step,
         "generations": args.generations, "max_completion_length": args.max_completion_length,
-        "max_staleness": MAX_STALENESS, "eval_tasks": args.eval_n or "all",
+        "tail_short_tokens": args.tail_short_tokens, "max_staleness": MAX_STALENESS, "eval_tasks": args.eval_n or "all",
         "eval_max_tokens": args.eval_max_tokens, "calculator": False, "idle_note": IDLE_NOTE, "out": str(out),
         "loadavg_before": loadavg_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()],
         "wall_min": round((time.perf_counter() - started) / 60, 1)}

@@ -146,7 +146,8 @@ def markdown(report: dict[str, Any]) -> str:
              f"after: {m['loadavg_before']} / {m['loadavg_after']}. Whole benchmark {m['wall_min']:.1f} min.", "",
              f"Tiny student, band variant (`{m['config']}`), from `{m['rft']}`: {m['steps']} steps × "
              f"{m['prompts_per_step']} prompts × {m['generations']} completions (max {m['max_completion_length']} "
-             f"tokens) per run, stage-2 seeds {', '.join(map(str, m['seeds']))}; calculator off in every mode (the "
+             f"tokens; tail and both: short rounds to {m.get('tail_short_tokens', 'half the cap')} tokens) per "
+             f"run, stage-2 seeds {', '.join(map(str, m['seeds']))}; calculator off in every mode (the "
              f"decoupled modes refuse it). sync and tail roll out on colocated vLLM; decoupled and both on a vLLM "
              f"server process beside the trainer (its start-up counted in the run wall time), max_staleness "
              f"{m['max_staleness']}. Final students evaluated on {m['eval_tasks']} test tasks (greedy, max "

@@ -69,6 +69,8 @@ def grpo_cmd(args, mode: str, out: Path, seed: int, server_url: str | None = Non
                 "--vllm_importance_sampling_correction", "true"]
     elif not args.smollm2_run:  # SmolLM2 keeps its config's rollouts (transformers: LoRA)
         cmd += ["--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_max_model_length", str(args.max_model_len)]
+    if mode in ("tail", "both"):
+        cmd += ["--tail_short_tokens", str(args.tail_short_tokens)]
     return cmd + list(MODE_FLAGS[mode]) + args.extra
 
 
