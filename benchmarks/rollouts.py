@@ -14,7 +14,7 @@ correctness and helpfulness; the speed-up against sync and whether each mode's t
 
 Writes ``<out>.json``, ``<out>.md`` and ``<out>.png``; runs go to ``--runs-dir/<mode>/seed<k>`` (``--reuse`` keeps
 finished ones). The load average is recorded before and after: run it on an otherwise idle machine. ``--smoke`` is a
-miniature (2 steps of 2 prompts × 2 completions of 32 tokens, 4 test tasks) for the test.
+miniature (2 steps of 2 prompts × 2 completions of 32 tokens, 4 test tasks evaluated on transformers) for the test.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ from rollouts_runs import MAX_STALENESS, MODES, bench_env, train_and_record, uns
 
 SMOLLM2 = {"config": "configs/smollm2/grpo.yaml", "model": "runs/smollm2/rft/final", "data_dir": "examples/my_shop"}
 SMOKE = {"steps": 2, "prompts_per_step": 2, "generations": 2, "max_completion_length": 32, "tail_short_tokens": 16,
-         "eval_n": 4,
+         "eval_n": 4, "engine": "transformers",
          "eval_max_tokens": 64, "max_model_len": 512, "n_prompts": 16}
 IDLE_NOTE = ("Idle shares over the training loop: the rollout engine's = 1 − its generation time / loop time (every "
              "vLLM generation call timed, `rollout/engine_busy_s`); the trainer's = the time it waited for rollouts / "
