@@ -1,7 +1,8 @@
 """The rollout engine's busy time, for the idle shares of the engine and the trainer (``benchmarks/rollouts.py``).
 
-``EngineTimer.wrap`` times every generation call on the engine: the colocated ``LLM.generate`` or the server
-client's ``generate`` (on the decoupled mode's worker thread too). ``MetricsCallback`` logs the running total as
+``EngineTimer.wrap`` times every generation call on the engine: the colocated ``LLM.generate``, the server
+client's ``generate`` (on the decoupled mode's worker thread too), or, with transformers rollouts, the policy's own
+``generate``. ``MetricsCallback`` logs the running total as
 ``rollout/engine_busy_s`` beside ``elapsed_s`` (wall time since the training loop began), so the engine's idle share
 over a run is ``1 − engine_busy_s / elapsed_s``. Weight reloads are not counted as generation.
 """
@@ -47,4 +48,11 @@ def time_engine(generation: Any) -> EngineTimer:
     if engine is None:
         raise ValueError("time_engine: the vLLM generation has neither a colocated engine (llm) nor a server client")
     engine.generate = timer.wrap(engine.generate)
+    return timer
+
+
+def time_model(model: Any) -> EngineTimer:
+    """An ``EngineTimer`` over a transformers policy's ``generate`` (TRL's rollouts without vLLM call it)."""
+    timer = EngineTimer()
+    model.generate = timer.wrap(model.generate)
     return timer

@@ -145,11 +145,10 @@ class LengthRLTrainer(GRPOHooks):
 
             self.decoupled = DecoupledRollouts(self)
             self.decoupled.install()
-        self.engine_timer = None  # rollout/engine_busy_s: the vLLM engine's generation time (rollout_timing)
-        if self.use_vllm:
-            from livethink.length_rl.rollout_timing import time_engine
+        # rollout/engine_busy_s: the rollout engine's generation time (rollout_timing)
+        from livethink.length_rl.rollout_timing import time_engine, time_model
 
-            self.engine_timer = time_engine(self.vllm_generation)
+        self.engine_timer = time_engine(self.vllm_generation) if self.use_vllm else time_model(self.model)
         self.add_callback(MetricsCallback(self))
         self.variant.setup(self)
 

@@ -4,14 +4,13 @@ budget-forced rollouts. Groups stay whole, deferred prompts come back in a long 
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 
 import pytest
 import torch
 
 from livethink.length_rl.config import GRPOVariantConfig
-from tests.support.students import RuleJudge, grpo_setup
+from tests.support.students import RuleJudge, grpo_setup, opens_thinking
 
 torch.set_num_threads(1)
 
@@ -111,24 +110,13 @@ def test_short_rounds_defer_the_tail_and_a_long_round_brings_it_back_whole(setup
     # a short round's kept completions finished within the short limit; the long round ran to the full one
     assert all(r["tail/kept_length_mean"] <= 8 for r in short_steps if "tail/kept_length_mean" in r)
     assert len(trainer.tail.queue) == rows[-1]["tail/queue"]
-
-
-def _opens_thinking(setup, name: str) -> Path:
-    """The test student with a chat template that opens the think block itself (as DeepSeek-R1's does)."""
-    out = setup["root"] / name
-    if not out.exists():
-        shutil.copytree(setup["student"], out)
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(out)
-        tok.chat_template = tok.chat_template.replace("{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking",
-                                                      "{{- '<|im_start|>assistant\\n<think>\\n' }}{%- if enable_thinking")
-        tok.save_pretrained(out)
-    return out
+    # the transformers rollouts are timed like a vLLM engine: the busy time grows with the steps
+    busy = [r["rollout/engine_busy_s"] for r in rows]
+    assert busy[0] > 0 and busy == sorted(busy) and busy[-1] < rows[-1]["elapsed_s"]
 
 
 def test_tail_batching_composes_with_budget_forced_rollouts(setup):
-    student = _opens_thinking(setup, "student-think")
+    student = opens_thinking(setup, "student-think")
     cfg = make_config(setup, "tail-bf", model_name_or_path=str(student), budget_forcing=True, budget_caps="choice:2",
                       budget_reply_reserve=2, max_completion_length=16, tail_short_tokens=5, max_steps=4)
     trainer, seen = run(cfg)

@@ -14,7 +14,7 @@ from livethink.length_rl.config import GRPOVariantConfig
 from livethink.length_rl.rewards import CachedJudge, RewardContext, is_cut, make_reward_funcs
 from livethink.length_rl.trainer import router_logits_off, select_rows, shuffle_groups
 from livethink.rewards.judge import RubricJudge
-from tests.support.students import RuleJudge, grpo_setup
+from tests.support.students import RuleJudge, grpo_setup, opens_thinking
 
 torch.set_num_threads(1)  # the CI box is shared: one thread avoids OpenMP spin-waiting under load
 
@@ -383,26 +383,11 @@ def test_dler_caps_samples_dynamically_and_normalises_over_the_batch(setup):
 # ---------------------------------------------------------------- budget-forced rollouts
 
 
-def _opens_thinking(setup, name: str) -> Path:
-    """The test student with a chat template that opens the think block itself (as DeepSeek-R1's does)."""
-    out = setup["root"] / name
-    if not out.exists():
-        shutil.copytree(setup["student"], out)
-        from transformers import AutoTokenizer
-
-        tok = AutoTokenizer.from_pretrained(out)
-        tok.chat_template = tok.chat_template.replace("{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking",
-                                                      "{{- '<|im_start|>assistant\\n<think>\\n' }}{%- if enable_thinking")
-        assert "<think>\\n' }}{%- if enable_thinking" in tok.chat_template
-        tok.save_pretrained(out)
-    return out
-
-
 def test_budget_forced_rollouts_cut_at_the_cap_and_leave_the_forced_tokens_out_of_the_loss(setup):
     from livethink.data.budget_forcing import ForcingTokens
     from livethink.data.reasoning_format import THINK
 
-    student = _opens_thinking(setup, "student-think")
+    student = opens_thinking(setup, "student-think")
     with pytest.raises(ValueError, match="budget_caps"):
         make_config(setup, "baseline", "bf-bad", budget_forcing=True, budget_caps="choice:40")  # > max_completion
     cfg = make_config(setup, "baseline", "bf", model_name_or_path=str(student), budget_forcing=True,

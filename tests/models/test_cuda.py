@@ -1,5 +1,6 @@
-"""CUDA checks: a short SFT and a 2-step GRPO of a tiny Qwen3-MoE student on the GPU in bf16, eval generation on
-the GPU, and the stage-2 math returning tensors on its inputs' device.
+"""CUDA checks: a short SFT and a 2-step GRPO of a tiny Qwen3-MoE student on the GPU in bf16, budget-forced and
+tail-batched rollouts there, eval generation and the serving engine on the GPU, and the stage-2 math returning
+tensors on its inputs' device.
 
 Skipped where torch sees no CUDA device (CI is CPU-only). On a GPU machine: ``python -m pytest -q tests/models/test_cuda.py``
 (``benchmarks/gpu_check.sh`` runs it too).
@@ -14,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.support.students import RuleJudge, grpo_setup
+from tests.support.students import RuleJudge, grpo_setup, opens_thinking
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(),
                                 reason="needs a CUDA GPU: torch.cuda.is_available() is False (CI is CPU-only)")
@@ -92,6 +93,41 @@ def test_grpo_bf16_on_cuda(tiny, variant):
         assert all(math.isfinite(r["kl"]) and math.isfinite(r["drpo/objective"]) for r in rows)
     else:
         assert all("dot/truncated_share" in r for r in rows)
+
+
+def test_grpo_budget_forced_tail_batched_rollouts_on_cuda(tiny):
+    """Stage 2's rollout options on the GPU: budget-forced transformers rollouts (the cut, the forced end out of the
+    loss) under tail batching (short rounds defer, a long round brings the tail back), bf16, with the generation timed
+    (``rollout/engine_busy_s``)."""
+    from livethink.length_rl.config import GRPOVariantConfig
+    from livethink.length_rl.rewards import RewardContext, make_reward_funcs
+    from livethink.length_rl.script import build_dataset
+    from livethink.length_rl.trainer import LengthRLTrainer
+    from livethink.models.loading import load_tokenizer_for
+
+    student = opens_thinking(tiny, "student-think")
+    cfg = GRPOVariantConfig(
+        variant="band", model_name_or_path=str(student), data_dir=str(tiny["data"]),
+        output_dir=str(tiny["root"] / "grpo_band_bf_tail"), n_prompts=16, max_steps=4, per_device_train_batch_size=4,
+        num_generations=2, max_completion_length=16, learning_rate=1e-3, use_cpu=False, bf16=True, use_vllm=False,
+        gradient_checkpointing=False, logging_steps=1, save_strategy="no", report_to="none", seed=0, l_ref=8.0,
+        dataloader_num_workers=0, temperature=1.0, budget_forcing=True, budget_caps="choice:2",
+        budget_reply_reserve=2, tail_batching=True, tail_short_tokens=5, tail_overprovision=3.0)
+    tokenizer = load_tokenizer_for(cfg.model_name_or_path)
+    tokenizer.padding_side = "left"
+    ctx = RewardContext(l_ref=cfg.l_ref, zero_reward_if_cut=cfg.zero_reward_if_cut)
+    funcs = make_reward_funcs(cfg.spec.rewards, ctx, RuleJudge(lambda text: len(text) % 2 == 0),
+                              **cfg.spec.reward_options())
+    trainer = LengthRLTrainer(model=cfg.model_name_or_path, reward_funcs=funcs, args=cfg,
+                              train_dataset=build_dataset(cfg), processing_class=tokenizer, reward_context=ctx)
+    trainer.train()
+    assert trainer.accelerator.device.type == "cuda" and _on_cuda(trainer.model)
+    rows = [json.loads(line) for line in (Path(cfg.output_dir) / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2, 3, 4]
+    assert all(r["loss"] is not None and math.isfinite(r["loss"]) for r in rows), rows
+    assert any(r.get("budget/cut_share", 0) > 0 for r in rows) and all(r.get("budget/cap_mean") == 2 for r in rows)
+    assert any(r["tail/deferred"] > 0 for r in rows) and any(r["tail/long_round"] == 1 for r in rows)
+    assert rows[-1]["rollout/engine_busy_s"] > 0
 
 
 def test_eval_generator_on_cuda(tiny, liveshop_small):

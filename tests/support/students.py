@@ -8,6 +8,7 @@ Tests reach it through the ``tiny_student_dir`` / ``liveshop_test_tasks`` fixtur
 from __future__ import annotations
 
 import functools
+import shutil
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -48,6 +49,22 @@ def grpo_setup(root: Path, liveshop, tokenizer_tasks: int = 100) -> dict[str, An
     model.generation_config.eos_token_id = [tokenizer.eos_token_id] + list(range(100, 160))  # ~10 % of the vocabulary
     student = save_student(model, tokenizer, root / "student", config)
     return {"root": root, "data": data_dir, "student": student, "tokenizer": tokenizer, "config": config}
+
+
+def opens_thinking(setup: dict[str, Any], name: str) -> Path:
+    """``grpo_setup``'s student with a chat template that opens the think block itself (as DeepSeek-R1's does),
+    saved once under ``setup["root"] / name``: what budget-forced rollouts need."""
+    out = setup["root"] / name
+    if not out.exists():
+        shutil.copytree(setup["student"], out)
+        from transformers import AutoTokenizer
+
+        tok = AutoTokenizer.from_pretrained(out)
+        tok.chat_template = tok.chat_template.replace("{{- '<|im_start|>assistant\\n' }}{%- if enable_thinking",
+                                                      "{{- '<|im_start|>assistant\\n<think>\\n' }}{%- if enable_thinking")
+        assert "<think>\\n' }}{%- if enable_thinking" in tok.chat_template
+        tok.save_pretrained(out)
+    return out
 
 
 def small_student(out: Path, liveshop) -> Path:
