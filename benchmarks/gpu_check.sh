@@ -4,11 +4,15 @@
 # eval harness on the GPU. Every number in the report comes from these runs.
 #
 #   bash benchmarks/gpu_check.sh                 # every stage, in order
-#   bash benchmarks/gpu_check.sh rft grpo        # some stages (test data rft grpo eval eval_bf16 report)
+#   bash benchmarks/gpu_check.sh rft grpo        # some stages (test data rft grpo eval eval_bf16 rollouts report)
+#
+# The `rollouts` stage runs the rollout benchmark's sync and tail modes on the GPU (transformers rollouts, bf16) and
+# writes benchmarks/results/rollouts_gpu.{json,md,png}; the decoupled modes need vLLM, which it reports as missing.
 #
 # Needs a CUDA GPU and livethink's Python dependencies (the `train` extra; vLLM is not used). Environment:
 #   PY=python3  RUNS=runs/gpu  VARIANTS="baseline siri dot drpo length_penalty"  GRPO_STEPS=6  EVAL_N=200
 #   LATENCY_PROBES=8  RFT_ARGS="" (extra `livethink rft` options, e.g. "--max_steps 200" to cut stage 1)
+#   ROLLOUT_RFT=$RUNS/rft/final  ROLLOUT_MODES=sync,tail  ROLLOUT_SEEDS=0  ROLLOUT_STEPS=12  ROLLOUT_EVAL_N=100
 # Writes $RUNS/{data,tokenizer,rft,grpo_<variant>,eval,eval_bf16,logs,times.jsonl} and, in the report stage,
 # benchmarks/results/gpu_check.{json,md}. Finished stages are reused on a re-run (as the CLIs do). Re-running `report`
 # keeps the notes written by hand: JSON keys it does not generate, and the Markdown from its notes marker on.
@@ -22,6 +26,11 @@ GRPO_STEPS=${GRPO_STEPS:-6}
 EVAL_N=${EVAL_N:-200}
 LATENCY_PROBES=${LATENCY_PROBES:-8}
 RFT_ARGS=${RFT_ARGS:-}
+ROLLOUT_RFT=${ROLLOUT_RFT:-$RUNS/rft/final}
+ROLLOUT_MODES=${ROLLOUT_MODES:-sync,tail}
+ROLLOUT_SEEDS=${ROLLOUT_SEEDS:-0}
+ROLLOUT_STEPS=${ROLLOUT_STEPS:-12}
+ROLLOUT_EVAL_N=${ROLLOUT_EVAL_N:-100}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS/logs"
 
@@ -83,6 +92,15 @@ run_eval_bf16() {
     stage eval_bf16 "$PY" -m livethink.cli eval --model "$RUNS/rft/final" --name rft-bf16 --data "$RUNS/data" \
         --split test --limit "$EVAL_N" --calculator --engine transformers --device auto --dtype bfloat16 \
         --latency-probes "$LATENCY_PROBES" --out "$RUNS/eval_bf16"
+}
+
+# the rollout benchmark's modes on the GPU: transformers rollouts, the trainer in bf16, each run's student evaluated
+run_rollouts() {
+    run_data
+    stage rollouts "$PY" benchmarks/rollouts.py --modes "$ROLLOUT_MODES" --seeds "$ROLLOUT_SEEDS" \
+        --steps "$ROLLOUT_STEPS" --device cuda --rollout-engine transformers --engine transformers \
+        --eval-n "$ROLLOUT_EVAL_N" --rft "$ROLLOUT_RFT" --data-dir "$RUNS/data" --runs-dir "$RUNS/rollouts" \
+        --out benchmarks/results/rollouts_gpu
 }
 
 run_report() {
@@ -252,8 +270,8 @@ stages=("$@")
 status=0
 for s in "${stages[@]}"; do
     case $s in
-        test | data | rft | grpo | eval | eval_bf16 | report) "run_$s" || status=1 ;;
-        *) echo "unknown stage $s (test data rft grpo eval eval_bf16 report)" >&2; exit 2 ;;
+        test | data | rft | grpo | eval | eval_bf16 | rollouts | report) "run_$s" || status=1 ;;
+        *) echo "unknown stage $s (test data rft grpo eval eval_bf16 rollouts report)" >&2; exit 2 ;;
     esac
 done
 exit $status

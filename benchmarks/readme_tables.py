@@ -229,8 +229,10 @@ def rollouts(report: Report) -> list[str]:
 
     lines = [f"{meta['steps']} GRPO steps × {meta['prompts_per_step']} prompts × {meta['generations']} completions "
              f"(max {meta['max_completion_length']} tokens) per run, band variant, tiny student, stage-2 seeds "
-             f"{', '.join(map(str, meta['seeds']))}; final students on {meta['eval_tasks']} test tasks. Brackets: 95% "
-             "interval over seeds.", "",
+             f"{', '.join(map(str, meta['seeds']))}; final students on {meta['eval_tasks']} test tasks"
+             + (f"; on {meta['machine']}, the trainer in bf16" if meta.get("device") == "cuda" else "")
+             + ("; sync and tail roll out on transformers `generate`" if meta.get("rollout_engine") == "transformers"
+                else "") + ". Brackets: 95% interval over seeds.", "",
              "| mode | run wall (s) | speed-up | engine idle | trainer idle | staleness (bound) | tokens | C (%) | H (%) "
              "| inside sync's interval (T/C/H) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for row in report["tiny"]["summary"]:
@@ -254,6 +256,7 @@ BLOCKS: dict[str, tuple[tuple[str, ...], Callable[..., list[str]]]] = {
     "serve_summary": (("serve_load.json", "serve_recovery.json"), serve_summary),
     "ab_checks": (("ab_assignment.json", "ab_ingest.json", "replica_scaling.json", "ab_power.json"), ab_checks),
     "rollouts": (("rollouts.json",), rollouts),
+    "rollouts_gpu": (("rollouts_gpu.json",), rollouts),
     "training": (("train_throughput.json", "train_throughput_smollm2.json", "gpu_check.json"), training),
 }
 

@@ -31,7 +31,7 @@ from typing import Any
 
 from compression import parse_seeds
 from compression_runs import ROOT, eval_cmd, run
-from rollouts_report import analyse, markdown, plot
+from rollouts_report import analyse, markdown, merge, plot
 from rollouts_runs import MAX_STALENESS, MODES, bench_env, train_and_record, unsupported
 
 SMOLLM2 = {"config": "configs/smollm2/grpo.yaml", "model": "runs/smollm2/rft/final", "data_dir": "examples/my_shop"}
@@ -39,7 +39,7 @@ SMOKE = {"steps": 2, "prompts_per_step": 2, "generations": 2, "max_completion_le
          "eval_n": 4, "engine": "transformers",
          "eval_max_tokens": 64, "max_model_len": 512, "n_prompts": 16}
 IDLE_NOTE = ("Idle shares over the training loop: the rollout engine's = 1 − its generation time / loop time (every "
-             "vLLM generation call timed, `rollout/engine_busy_s`); the trainer's = the time it waited for rollouts / "
+             "generation call timed, vLLM's or the policy's own `generate`: `rollout/engine_busy_s`); the trainer's = the time it waited for rollouts / "
              "loop time, which with a colocated engine (sync, tail) is that same generation time and with the server "
              "(decoupled, both) the summed `decoupled/wait_s`.")
 
@@ -69,6 +69,10 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    "the completion lengths (the tiny band runs: mean 210, max 330-384 of 384), not at half the cap")
     p.add_argument("--n-prompts", type=int, default=0, help="training prompts (0 = the whole train split)")
     p.add_argument("--max-model-len", type=int, default=1024, help="vLLM context (colocated engine and server)")
+    p.add_argument("--rollout-engine", choices=("vllm", "transformers"), default="vllm",
+                   help="sync and tail: colocated vLLM or the policy's own transformers generate (the decoupled "
+                   "modes always use a vLLM server)")
+    p.add_argument("--device", choices=("cpu", "cuda"), default="cpu", help="where the trainer runs (cuda: bf16)")
     p.add_argument("--engine", default="vllm", help="eval engine (harness): vllm | transformers | auto")
     p.add_argument("--eval-n", type=int, default=0, help="test tasks evaluated (0 = the whole split, 500)")
     p.add_argument("--eval-max-tokens", type=int, default=768)
@@ -80,6 +84,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
                    "the fastest other mode")
     p.add_argument("--smollm2-steps", type=int, default=8, help="GRPO steps of each SmolLM2 run")
     p.add_argument("--smoke", action="store_true", help="a miniature run for the test: " + json.dumps(SMOKE))
+    p.add_argument("--merge", nargs="+", metavar="REPORT.json", default=[], help="write one report from these "
+                   "reports of the same settings (e.g. seeds run on separate machines) to --out, training nothing")
     p.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more `livethink grpo` options, last")
     args = p.parse_args(argv)
     if args.smoke:
@@ -89,6 +95,16 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
             p.error(f"--{name.replace('_', '-')} must be >= 1, got {getattr(args, name)}")
     args.latency_probes, args.thinking_caps, args.calculator = 0, "", False  # compression_runs.eval_cmd's settings
     return args
+
+
+def machine(device: str) -> str:
+    """The machine in words: CPU architecture and count, Python, and the GPU when the runs use one."""
+    text = f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.python_version()}"
+    if device == "cuda":
+        import torch
+
+        text += f", {torch.cuda.get_device_name(0)}"
+    return text
 
 
 def evaluate(args, model: Path, key: str, env: dict[str, str]) -> dict[str, Any]:
@@ -119,8 +135,32 @@ def run_modes(args, modes: list[str], env: dict[str, str], tag: str, log) -> tup
     return records, failed
 
 
+def write_report(report: dict[str, Any], out: Path) -> None:
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
+    out.with_suffix(".md").write_text(markdown(report))
+    plot(report, out.with_suffix(".png"))
+    print(markdown(report))
+
+
+def merge_reports(args, argv: list[str] | None) -> int:
+    """``--merge``: one report from several, nothing trained."""
+    out = (ROOT / args.out).resolve()
+    command = "python " + shlex.join(["benchmarks/rollouts.py", *(argv if argv is not None else sys.argv[1:])])
+    try:
+        reports = [json.loads(Path(path).read_text()) for path in args.merge]
+        report = merge(reports, command, str(out))
+    except (OSError, json.JSONDecodeError, KeyError, ValueError) as exc:
+        print(f"rollouts: {exc}", file=sys.stderr)
+        return 2
+    write_report(report, out)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.merge:
+        return merge_reports(args, argv)
     started, loadavg_before = time.perf_counter(), [round(x, 2) for x in os.getloadavg()]
 
     def log(msg: str) -> None:
@@ -150,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
     report["staleness_ok"] = staleness_ok
     command = "python " + shlex.join(["benchmarks/rollouts.py", *(argv if argv is not None else sys.argv[1:])])
     report["meta"] = {
-        "command": command, "machine": f"{platform.machine()}, {os.cpu_count()} CPUs, {platform.python_version()}",
+        "command": command, "machine": machine(args.device), "device": args.device,
+        "rollout_engine": args.rollout_engine,
         "threads": args.threads, "date": time.strftime("%Y-%m-%d %H:%M"), "config": args.config,
         "rft": str(args.rft.relative_to(ROOT) if args.rft.is_relative_to(ROOT) else args.rft),
         "modes": args.modes, "seeds": args.seeds, "steps": args.steps, "prompts_per_step": args.prompts_per_step,
@@ -161,11 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         "wall_min": round((time.perf_counter() - started) / 60, 1)}
     if tiny:
         report["meta"]["eval_tasks"] = tiny[0]["eval_tasks"]
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(report, indent=2) + "\n")
-    out.with_suffix(".md").write_text(markdown(report))
-    plot(report, out.with_suffix(".png"))
-    print(markdown(report))
+    write_report(report, out)
     return 0 if tiny and not failed else 1
 
 

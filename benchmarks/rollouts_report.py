@@ -14,6 +14,8 @@ SUMMARY_KEYS = {"train_wall_s": 1, "loop_s": 1, "completions_per_s": 3, "engine_
                 "trainer_idle_share": 4, "tokens": 1, "correctness": 4, "helpfulness": 4}
 QUALITY = ("tokens", "correctness", "helpfulness")
 
+ROLLOUT_ENGINES = {"vllm": "colocated vLLM", "transformers": "the policy's own transformers `generate`"}
+
 
 def percentiles(values: list[float]) -> dict[str, Any]:
     """n, mean, p10, p50, p90 (None without values)."""
@@ -82,11 +84,77 @@ def best_mode(summary: list[dict[str, Any]]) -> str | None:
     return min(pool, key=lambda r: r["train_wall_s"])["mode"] if pool else None
 
 
+def paired_speedups(records: list[dict[str, Any]], summary: list[dict[str, Any]]) -> None:
+    """Adds to each mode its speed-up over ``sync`` seed by seed (a seed's modes run one after another on one
+    machine, so this ratio holds when seeds ran on different machines): ``{seed: sync wall / mode wall}``."""
+    sync = {r["seed"]: r["train_wall_s"] for r in records if r["mode"] == "sync" and r.get("train_wall_s")}
+    for row in summary:
+        row["speedup_by_seed"] = {r["seed"]: round(sync[r["seed"]] / r["train_wall_s"], 3) for r in records
+                                  if r["mode"] == row["mode"] and r["seed"] in sync and r.get("train_wall_s")}
+
+
 def analyse(records: list[dict[str, Any]]) -> dict[str, Any]:
     summary = aggregate(records)
     against_sync(summary)
+    paired_speedups(records, summary)
     return {"summary": summary, "best_mode": best_mode(summary),
             "staleness_ok": all(r["staleness_ok"] for r in records)}
+
+
+# settings every merged invocation must share (the runs measure one thing)
+MERGE_KEYS = ("config", "steps", "prompts_per_step", "generations", "max_completion_length", "tail_short_tokens",
+              "max_staleness", "device", "rollout_engine", "eval_tasks", "eval_max_tokens", "calculator")
+SOURCE_KEYS = ("command", "machine", "date", "seeds", "loadavg_before", "loadavg_after", "wall_min")
+
+
+def merge(reports: list[dict[str, Any]], command: str, out: str) -> dict[str, Any]:
+    """One report from several invocations of the same benchmark (e.g. seeds run on separate machines): the records
+    pooled and analysed again; each invocation's command, machine and load averages kept under ``meta.sources``.
+    Raises ``ValueError`` naming the setting that differs, or the (mode, seed) run that two of them hold."""
+    if len(reports) < 2:
+        raise ValueError("--merge: give two reports or more")
+    first = reports[0]["meta"]
+    for r in reports[1:]:
+        for key in MERGE_KEYS:
+            if r["meta"].get(key) != first.get(key):
+                raise ValueError(f"--merge: {key} differs: {first.get(key)!r} in {first['command']!r}, "
+                                 f"{r['meta'].get(key)!r} in {r['meta']['command']!r}")
+        if r.get("smollm2") or reports[0].get("smollm2"):
+            raise ValueError("--merge: reports with a SmolLM2 section are not merged")
+    records, seen = [], set()
+    for r in reports:
+        for rec in r["tiny"]["records"]:
+            if (rec["mode"], rec["seed"]) in seen:
+                raise ValueError(f"--merge: {rec['mode']} seed {rec['seed']} is in two reports")
+            seen.add((rec["mode"], rec["seed"]))
+            records.append(rec)
+    records.sort(key=lambda rec: rec["seed"])
+    sources = [{k: r["meta"].get(k) for k in SOURCE_KEYS} for r in reports]
+    meta = dict(first, command=command, out=out, seeds=sorted({rec["seed"] for rec in records}), sources=sources,
+                machine="; ".join(dict.fromkeys(s["machine"] for s in sources)),
+                modes=list(dict.fromkeys(m for r in reports for m in r["meta"]["modes"])),
+                wall_min=round(sum(s["wall_min"] for s in sources), 1))
+    tiny = {"records": records, **analyse(records)}
+    unsupported = {k: v for r in reports for k, v in r.get("unsupported", {}).items()}
+    failed = [f for r in reports for f in r.get("failed_runs", [])]
+    return {"tiny": tiny, "unsupported": unsupported, "failed_runs": failed, "staleness_ok": tiny["staleness_ok"],
+            "meta": meta}
+
+
+def _header(m: dict[str, Any]) -> list[str]:
+    """The command, machine and load lines: this invocation's, or each merged invocation's."""
+    if not m.get("sources"):
+        return [f"Command: `{m['command']}`", "",
+                f"Machine: {m['machine']}; threads {m['threads']}; date {m['date']}; load average (1/5/15 min) before "
+                f"/ after: {m['loadavg_before']} / {m['loadavg_after']}. Whole benchmark {m['wall_min']:.1f} min"
+                + (" (`--reuse`: runs an earlier invocation finished are read back with their own timings; the load "
+                   "averages are this invocation's)." if "--reuse" in m["command"] else "."), ""]
+    lines = [f"Merged by `{m['command']}` from {len(m['sources'])} invocations (a seed's modes always ran together, "
+             "on one machine):", ""]
+    lines += [f"- seeds {', '.join(map(str, s['seeds']))}: `{s['command']}`; {s['machine']}; {s['date']}; load "
+              f"average (1/5/15 min) before / after {s['loadavg_before']} / {s['loadavg_after']}; "
+              f"{s['wall_min']:.1f} min" for s in m["sources"]]
+    return [*lines, ""]
 
 
 def _cell(row: dict[str, Any], key: str, scale: float = 1.0, digits: int = 1, unit: str = "") -> str:
@@ -133,6 +201,11 @@ def section(title: str, part: dict[str, Any], unsupported: dict[str, str]) -> li
             f"{'/'.join(_yes(inside.get(k)) for k in QUALITY)} |")
     for mode, why in unsupported.items():
         lines.append(f"| {mode} | not supported: {why} | | | | | | | | | | |")
+    paired = [f"{r['mode']} " + ", ".join(f"{v:.2f}× (seed {k})" for k, v in r["speedup_by_seed"].items())
+              for r in part["summary"] if r["mode"] != "sync" and r.get("speedup_by_seed")]
+    if paired:
+        lines += ["", "Speed-up over sync seed by seed (run wall; a seed's modes ran on one machine): "
+                  + "; ".join(paired) + "."]
     lines += ["", "Completion lengths (tokens; per-step means, pooled over seeds):", ""]
     for r in part["summary"]:
         lines.append(f"- {r['mode']}: all rows {_dist(r['lengths'])}")
@@ -146,17 +219,14 @@ def section(title: str, part: dict[str, Any], unsupported: dict[str, str]) -> li
 
 def markdown(report: dict[str, Any]) -> str:
     m = report["meta"]
-    lines = ["# Stage-2 rollout modes: sync, tail batching, decoupled, both", "",
-             f"Command: `{m['command']}`", "",
-             f"Machine: {m['machine']}; threads {m['threads']}; date {m['date']}; load average (1/5/15 min) before / "
-             f"after: {m['loadavg_before']} / {m['loadavg_after']}. Whole benchmark {m['wall_min']:.1f} min"
-             + (" (`--reuse`: runs an earlier invocation finished are read back with their own timings; the load "
-                "averages are this invocation's)." if "--reuse" in m["command"] else "."), "",
+    lines = ["# Stage-2 rollout modes: sync, tail batching, decoupled, both", "", *_header(m),
              f"Tiny student, band variant (`{m['config']}`), from `{m['rft']}`: {m['steps']} steps × "
              f"{m['prompts_per_step']} prompts × {m['generations']} completions (max {m['max_completion_length']} "
              f"tokens; tail and both: short rounds to {m.get('tail_short_tokens', 'half the cap')} tokens) per "
              f"run, stage-2 seeds {', '.join(map(str, m['seeds']))}; calculator off in every mode (the "
-             f"decoupled modes refuse it). sync and tail roll out on colocated vLLM; decoupled and both on a vLLM "
+             f"decoupled modes refuse it). sync and tail roll out on "
+             f"{ROLLOUT_ENGINES[m.get('rollout_engine', 'vllm')]}; the trainer runs "
+             f"{'on the GPU in bf16' if m.get('device') == 'cuda' else 'on the CPU in fp32'}; decoupled and both on a vLLM "
              f"server process beside the trainer (its start-up counted in the run wall time), max_staleness "
              f"{m['max_staleness']}. Final students evaluated on {m['eval_tasks']} test tasks (greedy, max "
              f"{m['eval_max_tokens']} tokens, rubric judge).", "",

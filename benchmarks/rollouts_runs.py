@@ -13,6 +13,7 @@ How the idle shares are measured (per run, over the training loop, ``elapsed_s``
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import shutil
 import sys
@@ -38,6 +39,8 @@ def unsupported(mode: str, config: str) -> str | None:
     """The config error that refuses ``mode`` for ``config`` (None when it validates): the trainer's own check."""
     if mode not in SERVER_MODES:
         return None
+    if importlib.util.find_spec("vllm") is None:
+        return "the rollout server is vLLM, and vllm is not installed here"
     from livethink.length_rl.config import GRPOVariantConfig
 
     flags = dict(zip(MODE_FLAGS[mode][::2], MODE_FLAGS[mode][1::2], strict=True))
@@ -53,7 +56,8 @@ def unsupported(mode: str, config: str) -> str | None:
 
 def grpo_cmd(args, mode: str, out: Path, seed: int, server_url: str | None = None) -> list[str]:
     """One mode's training command: the band config, the benchmark's budget, calculator off in every mode (the
-    decoupled modes refuse it), vLLM colocated (``sync``, ``tail``) or on the server beside the trainer."""
+    decoupled modes refuse it), vLLM colocated or transformers ``generate`` (``sync``, ``tail``, by
+    ``--rollout-engine``) or vLLM on the server beside the trainer; ``--device cuda`` trains on the GPU in bf16."""
     cmd = [sys.executable, "-m", "livethink.length_rl.cli", "--config", str(ROOT / args.config),
            "--output_dir", str(out), "--max_steps", str(args.steps), "--seed", str(seed), "--logging_steps", "1",
            "--save_steps", str(max(1, args.steps)), "--calculator", "false"]
@@ -64,10 +68,16 @@ def grpo_cmd(args, mode: str, out: Path, seed: int, server_url: str | None = Non
                 "--max_completion_length", str(args.max_completion_length)]
         if args.n_prompts:
             cmd += ["--n_prompts", str(args.n_prompts)]
+    if args.device == "cuda":
+        cmd += ["--use_cpu", "false", "--bf16", "true"]
     if mode in SERVER_MODES:
         cmd += ["--use_vllm", "true", "--vllm_mode", "server", "--vllm_server_base_url", str(server_url),
                 "--vllm_importance_sampling_correction", "true"]
-    elif not args.smollm2_run:  # SmolLM2 keeps its config's rollouts (transformers: LoRA)
+    elif args.smollm2_run:  # SmolLM2 keeps its config's rollouts (transformers: LoRA)
+        pass
+    elif args.rollout_engine == "transformers":
+        cmd += ["--use_vllm", "false"]
+    else:
         cmd += ["--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_max_model_length", str(args.max_model_len)]
     if mode in ("tail", "both"):
         cmd += ["--tail_short_tokens", str(args.tail_short_tokens)]

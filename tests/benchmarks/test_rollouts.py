@@ -103,6 +103,38 @@ def test_markdown_reports_every_mode_and_the_unsupported_one(tmp_path):
     assert (tmp_path / "rollouts.png").stat().st_size > 0
 
 
+def test_merge_pools_seeds_of_one_setting_and_pairs_speedups_by_seed(tmp_path):
+    def invocation(seed, sync_wall, tail_wall, **meta):
+        records = [record("sync", seed, sync_wall, 80.0, 0.4, 0.3), record("tail", seed, tail_wall, 82.0, 0.4, 0.3)]
+        base = {"command": f"rollouts --seeds {seed}", "machine": f"gpu{seed}", "date": "d", "seeds": [seed],
+                "loadavg_before": [0.1] * 3, "loadavg_after": [1.0] * 3, "wall_min": 4.0, "modes": ["sync", "tail"],
+                "config": "c", "steps": 12, "prompts_per_step": 8, "generations": 4, "max_completion_length": 384,
+                "tail_short_tokens": 320, "max_staleness": 1, "device": "cuda", "rollout_engine": "transformers",
+                "eval_tasks": 100, "eval_max_tokens": 768, "calculator": False, "threads": 1, "rft": "r",
+                "idle_note": bench.IDLE_NOTE, "out": "o"}
+        return {"tiny": {"records": records}, "unsupported": {}, "failed_runs": [], "meta": {**base, **meta}}
+
+    merged = report.merge([invocation(1, 120.0, 100.0), invocation(0, 90.0, 100.0)], "rollouts --merge", "out")
+    assert [(r["mode"], r["seed"]) for r in merged["tiny"]["records"]] == [("sync", 0), ("tail", 0), ("sync", 1),
+                                                                           ("tail", 1)]
+    sync, tail = merged["tiny"]["summary"]
+    assert sync["train_wall_s"] == 105.0 and tail["train_wall_s"] == 100.0 and tail["speedup"] == 1.05
+    assert tail["speedup_by_seed"] == {0: 0.9, 1: 1.2}  # 90 / 100 on one machine, 120 / 100 on the other
+    m = merged["meta"]
+    assert m["seeds"] == [0, 1] and m["machine"] == "gpu1; gpu0" and m["wall_min"] == 8.0 and len(m["sources"]) == 2
+    text = report.markdown(merged)
+    assert "`rollouts --seeds 1`" in text and "`rollouts --seeds 0`" in text
+    assert "tail 0.90× (seed 0), 1.20× (seed 1)" in text
+    with pytest.raises(ValueError, match="steps differs"):
+        report.merge([invocation(0, 90.0, 100.0), invocation(1, 90.0, 100.0, steps=24)], "m", "o")
+    with pytest.raises(ValueError, match="sync seed 0 is in two reports"):
+        report.merge([invocation(0, 90.0, 100.0), invocation(0, 90.0, 100.0)], "m", "o")
+    # the command line: a bad file is named, no traceback
+    bad = tmp_path / "bad.json"
+    bad.write_text("{")
+    assert bench.main(["--merge", str(bad), str(bad), "--out", str(tmp_path / "m")]) == 2
+
+
 def test_arguments_and_engine_timer():
     args = bench.parse([])
     assert args.modes == list(runs.MODES) and args.seeds == [0, 1, 2] and args.steps == 96
