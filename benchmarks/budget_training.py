@@ -28,8 +28,10 @@ from typing import Any
 from livethink.eval.compare import t_interval
 
 ROOT = Path(__file__).resolve().parents[1]
-METHODS = {"drpo": "configs/tiny/grpo_drpo.yaml", "drpo_budget": "configs/tiny/grpo_drpo_budget.yaml"}
-BUDGET_METHOD = "drpo_budget"
+METHODS = {"drpo": "configs/tiny/grpo_drpo.yaml", "drpo_budget": "configs/tiny/grpo_drpo_budget.yaml",
+           "drpo_budget64": "configs/tiny/grpo_drpo_budget64.yaml"}
+BUDGET_METHOD = "drpo_budget"  # the shipped budget-trained student (``targets``)
+BUDGET_METHODS = ("drpo_budget", "drpo_budget64")  # every method trained for the cut (``targets_by_method``)
 CAPS = (0, 32, 64, 96, 128, 192)
 TARGET_CAP = 64
 
@@ -60,14 +62,15 @@ def train(args, method: str, seed: int) -> dict[str, Any]:
                              "--data_dir", args.data_dir, "--output_dir", str(out), "--seed", str(seed)),
                    out.parent / f"seed{seed}.train.log")
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    return {"method": method, "seed": seed, "dir": str(out / "final"), "train_wall_s": wall,
+    return {"method": method, "seed": seed, "dir": str(out / "final"), "train_wall_s": wall, "trained_here": wall is not None,
             "train_step_s": round(sum(r.get("step_time", 0.0) for r in steps), 1), "steps": len(steps)}
 
 
 def evaluate(args, model_dir: str, name: str) -> dict[str, Any]:
     """The harness result of one model on the test split, uncapped and at ``CAPS`` (reused when present)."""
     out = Path(args.runs_dir) / "eval" / name
-    if not (out / "eval.json").is_file():
+    fresh = not (out / "eval.json").is_file()
+    if fresh:
         run(livethink("eval", "--model", model_dir, "--name", name, "--data", args.data_dir, "--split", "test",
                       "--limit", str(args.eval_n), "--thinking-caps", ",".join(map(str, CAPS)),
                       "--latency-probes", "0", "--engine", args.engine, "--max-tokens", str(args.eval_max_tokens),
@@ -78,7 +81,7 @@ def evaluate(args, model_dir: str, name: str) -> dict[str, Any]:
     overall = result["overall"]
     return {"name": name, "n": overall["n"], "correct": overall["correctness"], "helpful": overall["helpfulness"],
             "tokens": overall["total_tokens"], "caps": list(curve["caps"]), "correct_at_cap": list(curve["correct"]),
-            "helpful_at_cap": list(curve["helpful"]), "floor": curve["min_thinking_tokens"]}
+            "helpful_at_cap": list(curve["helpful"]), "floor": curve["min_thinking_tokens"], "evaluated_here": fresh}
 
 
 def at_cap(model: dict[str, Any], cap: int) -> float:
@@ -127,13 +130,22 @@ def _pct(x: dict[str, Any], scale: float = 100.0, digits: int = 1) -> str:
     return f"{scale * mean:.{digits}f} [{scale * low:.{digits}f}, {scale * high:.{digits}f}]"
 
 
+def _target_row(seed: str, v: dict[str, Any], cell) -> str:
+    return (f"| {seed} | {cell(v['correct_at_64_vs_rft_uncapped'])} "
+            f"(≥ {100 * v['correct_at_64_vs_rft_uncapped']['target']:.1f}%) | {cell(v['floor_tokens'], False)} | "
+            f"{cell(v['uncapped_correct'])} | {cell(v['uncapped_helpful'])} | {cell(v['token_reduction'])} |")
+
+
 def markdown(report: dict[str, Any]) -> str:
     rft, rows, meta = report["rft"], report["methods"], report["meta"]
     caps = rft["caps"]
     lines = ["# Trained for the server's cut: correctness against the thinking cap", "",
              f"{rft['n']} test tasks, greedy, rubric judge, calculator on; budget forcing with the server's reply "
              f"reserve. Stage-2 seeds {meta['seeds']}; mean and 95% t-interval over seeds. Load average before / "
-             f"after: {meta['loadavg_before']} / {meta['loadavg_after']}. Wall time {meta['wall_s']:.0f} s.", "",
+             f"after: {meta['loadavg_before']} / {meta['loadavg_after']}. Wall time {meta['wall_s']:.0f} s: "
+             f"{meta.get('trained_here', '?')} runs trained and {meta.get('evaluated_here', '?')} models evaluated "
+             "here, the others read back from earlier invocations (greedy evaluation, so their correctness does not "
+             "depend on the load they ran under).", "",
              f"`{meta['command']}`", "",
              "## Correctness (%) at each thinking cap", "",
              "| method | " + " | ".join(str(c) for c in caps) + " | uncapped | floor (tokens) |",
@@ -149,17 +161,17 @@ def markdown(report: dict[str, Any]) -> str:
     for row in rows:
         lines.append(f"| {row['method']} | {_pct(row['tokens'], 1.0)} | {_pct(row['token_reduction'])} | "
                      f"{_pct(row['d_correct_pts'], 1.0)} | {_pct(row['d_helpful_pts'], 1.0)} | {_pct(row['helpful'])} |")
-    lines += ["", f"## Targets of the budget-trained student ({BUDGET_METHOD}), per seed", "",
-              "| seed | C at cap 64 ≥ 90% of RFT uncapped | floor ≤ 64 | C ≥ RFT − 2 pts | H ≥ RFT | ≥ 50% fewer tokens |",
-              "|---|---|---|---|---|---|"]
+
     def cell(x: dict[str, Any], pct: bool = True) -> str:
         value = f"{100 * x['value']:.1f}%" if pct and x["value"] is not None else str(x["value"])
         return f"{value} {'✓' if x['met'] else '✗'}"
 
-    for seed, v in report["targets"].items():
-        lines.append(f"| {seed} | {cell(v['correct_at_64_vs_rft_uncapped'])} "
-                     f"(≥ {100 * v['correct_at_64_vs_rft_uncapped']['target']:.1f}%) | {cell(v['floor_tokens'], False)} | "
-                     f"{cell(v['uncapped_correct'])} | {cell(v['uncapped_helpful'])} | {cell(v['token_reduction'])} |")
+    by_method = report.get("targets_by_method") or {BUDGET_METHOD: report["targets"]}
+    for method, targets in by_method.items():
+        lines += ["", f"## Targets of the budget-trained student ({method}), per seed", "",
+                  "| seed | C at cap 64 ≥ 90% of RFT uncapped | floor ≤ 64 | C ≥ RFT − 2 pts | H ≥ RFT | ≥ 50% fewer tokens |",
+                  "|---|---|---|---|---|---|"]
+        lines += [_target_row(seed, v, cell) for seed, v in targets.items()]
     lines += ["", "## Training runs", "", "| method | seed | steps | wall (s) | step time (s) |", "|---|---:|---:|---:|---:|"]
     for r in report["runs"]:
         lines.append(f"| {r['method']} | {r['seed']} | {r['steps']} | {r['train_wall_s'] or 'reused'} | {r['train_step_s']} |")
@@ -227,11 +239,14 @@ def main(argv: list[str] | None = None) -> int:
         "meta": {"command": "python benchmarks/budget_training.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
                  "seeds": args.seed_list, "caps": list(CAPS), "loadavg_before": loadavg_before,
                  "loadavg_after": [round(x, 2) for x in os.getloadavg()], "wall_s": round(time.perf_counter() - started, 1),
-                 "cpus": os.cpu_count()},
+                 "cpus": os.cpu_count(), "trained_here": sum(r["trained_here"] for r in runs),
+                 "evaluated_here": sum(m["evaluated_here"] for m in [rft, *models.values()])},
         "rft": rft,
         "methods": [aggregate(m, [models[(m, s)] for s in args.seed_list], rft) for m in methods],
         "per_seed": [models[k] | {"method": k[0], "seed": k[1]} for k in models],
         "targets": {str(s): verdicts(models[(BUDGET_METHOD, s)], rft) for s in args.seed_list if BUDGET_METHOD in methods},
+        "targets_by_method": {m: {str(s): verdicts(models[(m, s)], rft) for s in args.seed_list}
+                              for m in methods if m in BUDGET_METHODS},
         "runs": runs,
     }
     out = Path(args.out)

@@ -79,7 +79,7 @@ def grpo_cmd(args, mode: str, out: Path, seed: int, server_url: str | None = Non
         cmd += ["--use_vllm", "false"]
     else:
         cmd += ["--use_vllm", "true", "--vllm_mode", "colocate", "--vllm_max_model_length", str(args.max_model_len)]
-    if mode in ("tail", "both"):
+    if "--tail_batching" in MODE_FLAGS[mode]:
         cmd += ["--tail_short_tokens", str(args.tail_short_tokens)]
     return cmd + list(MODE_FLAGS[mode]) + args.extra
 
@@ -149,7 +149,7 @@ def run_record(mode: str, seed: int, wall_s: float, rows: list[dict[str, Any]], 
         "staleness_max": int(staleness), "staleness_bound": staleness_bound(mode),
         "staleness_ok": staleness <= staleness_bound(mode),
     }
-    if mode in ("tail", "both"):
+    if "--tail_batching" in MODE_FLAGS[mode]:
         record["tail"] = {
             "deferred_prompts": int(_sum(rows, "tail/deferred")),
             "long_rounds": int(_sum(rows, "tail/long_round")),

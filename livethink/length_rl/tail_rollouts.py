@@ -73,8 +73,10 @@ class TailRollouts:
 
     def peek(self, trainer: Any, inputs: list[dict[str, Any]]) -> tuple[list[dict[str, Any]], int]:
         """The rows the next step's round will generate from ``inputs`` (its dataloader rows) and a cap that serves
-        it (the decoupled prefetch). Long and plain rounds get ``max_completion_length``: a variant's schedule may
-        lower the cap, never raise it, and a completion cut at a smaller cap is one generated with it."""
+        it (the decoupled prefetch): a short round at the short limit, a long round at ``max_completion_length``
+        (a variant's schedule may lower the cap, never raise it, and a completion cut at a smaller cap is one
+        generated with it). It plans against ``max_completion_length``, which the config keeps above the short limit,
+        so it never plans a plain round."""
         g = self.group_size
         n_groups = len(inputs) // g
         full = trainer.args.max_completion_length

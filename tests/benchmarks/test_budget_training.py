@@ -44,3 +44,10 @@ def test_aggregate_over_seeds_and_the_report():
     assert "| rft | 10.0 | 20.0 | 25.0 | 30.0 | 40.0 | 48.0 | 50.0 | 192 |" in text
     assert "| drpo_budget | 0 | 96 | reused | 600.0 |" in text
     assert "| 0 | 40.0% ✗ (≥ 45.0%)" in text
+    # every method trained for the cut gets its targets table; the header says what ran here and what was read back
+    report["targets_by_method"] = {"drpo_budget": report["targets"], "drpo_budget64": {"1": bench.verdicts(models[1], RFT)}}
+    report["meta"].update(trained_here=1, evaluated_here=2)
+    text = bench.markdown(report)
+    assert "## Targets of the budget-trained student (drpo_budget64), per seed" in text
+    assert "| 1 | 44.0% ✗ (≥ 45.0%) | 32 ✓" in text
+    assert "1 runs trained and 2 models evaluated here" in text
