@@ -28,10 +28,15 @@ from typing import Any
 from livethink.eval.compare import t_interval
 
 ROOT = Path(__file__).resolve().parents[1]
-METHODS = {"drpo": "configs/tiny/grpo_drpo.yaml", "drpo_budget": "configs/tiny/grpo_drpo_budget.yaml",
-           "drpo_budget64": "configs/tiny/grpo_drpo_budget64.yaml"}
+# method -> its config and the `livethink grpo` options on top of it
+METHODS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "drpo": ("configs/tiny/grpo_drpo.yaml", ()),
+    "drpo_budget": ("configs/tiny/grpo_drpo_budget.yaml", ()),
+    "drpo_budget64": ("configs/tiny/grpo_drpo_budget64.yaml", ()),
+    "drpo_budget64_half_uncut": ("configs/tiny/grpo_drpo_budget64.yaml", ("--budget_uncapped_share", "0.5")),
+}
 BUDGET_METHOD = "drpo_budget"  # the shipped budget-trained student (``targets``)
-BUDGET_METHODS = ("drpo_budget", "drpo_budget64")  # every method trained for the cut (``targets_by_method``)
+BUDGET_METHODS = ("drpo_budget", "drpo_budget64", "drpo_budget64_half_uncut")  # every method trained for the cut (``targets_by_method``)
 CAPS = (0, 32, 64, 96, 128, 192)
 TARGET_CAP = 64
 
@@ -58,8 +63,9 @@ def train(args, method: str, seed: int) -> dict[str, Any]:
     out = Path(args.runs_dir) / method / f"seed{seed}"
     wall = None
     if not (out / "final" / "config.json").is_file():
-        wall = run(livethink("grpo", "--config", METHODS[method], "--model_name_or_path", args.rft,
-                             "--data_dir", args.data_dir, "--output_dir", str(out), "--seed", str(seed)),
+        config, options = METHODS[method]
+        wall = run(livethink("grpo", "--config", config, "--model_name_or_path", args.rft, "--data_dir",
+                             args.data_dir, "--output_dir", str(out), "--seed", str(seed), *options),
                    out.parent / f"seed{seed}.train.log")
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return {"method": method, "seed": seed, "dir": str(out / "final"), "train_wall_s": wall, "trained_here": wall is not None,

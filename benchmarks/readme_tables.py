@@ -114,15 +114,15 @@ def compression_brief(report: Report) -> list[str]:
 
 
 def budget_training(report: Report) -> list[str]:
-    """Correctness at each thinking cap, tokens and floors: RFT and each stage-2 method over seeds."""
+    """Correctness at each thinking cap, tokens and floors: RFT and each shipped stage-2 config over seeds."""
     rft, caps = report["rft"], report["rft"]["caps"]
     names = {"drpo": "DRPO", "drpo_budget": "DRPO trained for the cut", "drpo_budget64": "DRPO trained for the cut at 48–96 tokens"}
     lines = ["| model | " + " | ".join(f"cap {c}" for c in caps) + " | uncapped | tokens | floor |",
              "|---|" + "---:|" * (len(caps) + 3),
              "| RFT student | " + " | ".join(f"{100 * v:.1f}" for v in rft["correct_at_cap"])
              + f" | {100 * rft['correct']:.1f} | {rft['tokens']:.0f} | {rft['floor']} |"]
-    for row in report["methods"]:
-        lines.append(f"| {names.get(row['method'], row['method'])} | "
+    for row in (r for r in report["methods"] if r["method"] in names):  # ablations: the full report only
+        lines.append(f"| {names[row['method']]} | "
                      + " | ".join(_ci(row["correct_at_cap"][str(c)]) for c in caps)
                      + f" | {_ci(row['correct'])} | {row['tokens']['mean']:.0f} | "
                      + ", ".join(str(f) for f in row["floors"]) + " |")
