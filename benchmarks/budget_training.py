@@ -36,7 +36,8 @@ METHODS: dict[str, tuple[str, tuple[str, ...]]] = {
     "drpo_budget64_half_uncut": ("configs/tiny/grpo_drpo_budget64.yaml", ("--budget_uncapped_share", "0.5")),
 }
 BUDGET_METHOD = "drpo_budget"  # the shipped budget-trained student (``targets``)
-BUDGET_METHODS = ("drpo_budget", "drpo_budget64", "drpo_budget64_half_uncut")  # every method trained for the cut (``targets_by_method``)
+# every method trained for the cut (``targets_by_method``)
+BUDGET_METHODS = ("drpo_budget", "drpo_budget64", "drpo_budget64_half_uncut")
 CAPS = (0, 32, 64, 96, 128, 192)
 TARGET_CAP = 64
 

@@ -39,9 +39,9 @@ SMOKE = {"steps": 2, "prompts_per_step": 2, "generations": 2, "max_completion_le
          "eval_n": 4, "engine": "transformers",
          "eval_max_tokens": 64, "max_model_len": 512, "n_prompts": 16}
 IDLE_NOTE = ("Idle shares over the training loop: the rollout engine's = 1 − its generation time / loop time (every "
-             "generation call timed, vLLM's or the policy's own `generate`: `rollout/engine_busy_s`); the trainer's = the time it waited for rollouts / "
-             "loop time, which with a colocated engine (sync, tail) is that same generation time and with the server "
-             "(decoupled, both) the summed `decoupled/wait_s`.")
+             "generation call timed, vLLM's or the policy's own `generate`: `rollout/engine_busy_s`); the trainer's "
+             "= the time it waited for rollouts / loop time, which with a colocated engine (sync, tail) is that same "
+             "generation time and with the server (decoupled, both) the summed `decoupled/wait_s`.")
 
 
 def parse_modes(text: str) -> list[str]:

@@ -113,14 +113,14 @@ def merge(reports: list[dict[str, Any]], command: str, out: str) -> dict[str, An
     Raises ``ValueError`` naming the setting that differs, or the (mode, seed) run that two of them hold."""
     if len(reports) < 2:
         raise ValueError("--merge: give two reports or more")
+    if any(r.get("smollm2") for r in reports):
+        raise ValueError("--merge: reports with a SmolLM2 section are not merged")
     first = reports[0]["meta"]
     for r in reports[1:]:
         for key in MERGE_KEYS:
             if r["meta"].get(key) != first.get(key):
                 raise ValueError(f"--merge: {key} differs: {first.get(key)!r} in {first['command']!r}, "
                                  f"{r['meta'].get(key)!r} in {r['meta']['command']!r}")
-        if r.get("smollm2") or reports[0].get("smollm2"):
-            raise ValueError("--merge: reports with a SmolLM2 section are not merged")
     records, seen = [], set()
     for r in reports:
         for rec in r["tiny"]["records"]:
