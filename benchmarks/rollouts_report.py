@@ -173,8 +173,7 @@ def _speedup(row: dict[str, Any]) -> str:
     return "-" if row.get("speedup") is None else f"{row['speedup']:.2f}×"
 
 
-SMOLLM2_NOTE = ("SmolLM2: sync keeps its config's rollouts (transformers generation, no rollout engine: no idle "
-                "shares), the other modes generate on a vLLM server, so the speed-up compares two engines as well as "
+SMOLLM2_NOTE = ("SmolLM2: sync keeps its config's rollouts (transformers generation), the other modes generate on a vLLM server, so the speed-up compares two engines as well as "
                 "two schedules; the my_shop test split is small, so its quality columns show that the runs work, "
                 "not which mode trains better.")
 
