@@ -7,6 +7,8 @@ PY     := $(VENV)/bin/python
 PIP    := $(PY) -m pip
 STAMP  := $(VENV)/.livethink-installed
 QUICK  ?= 0
+# pytest-xdist workers for `make test`: the engine-starting tests run one after another on one of them (conftest)
+TEST_WORKERS ?= 2
 export HF_HUB_OFFLINE = 1
 export TRANSFORMERS_OFFLINE = 1
 export HF_DATASETS_OFFLINE = 1
@@ -75,11 +77,11 @@ demo: install
 
 test: install chromium postgres haproxy
 	$(PY) -m ruff check livethink apps tests benchmarks
-	$(PY) -m pytest -q --durations=25 tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests
 
 # The quick loop while editing: no vLLM engine, no browser, nothing marked slow.
 test-quick: install postgres
-	$(PY) -m pytest -q --durations=10 -m "not slow and not vllm and not browser" tests
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --durations=10 -m "not slow and not vllm and not browser" tests
 
 lint: install
 	$(PY) -m ruff check livethink apps tests benchmarks

@@ -1,8 +1,9 @@
 """Shared fixtures and markers. Tests run offline (no model hub) on CPU.
 
 Markers (``pyproject.toml``): ``slow`` (more than ~20 s), ``vllm`` (starts a vLLM engine), ``postgres`` (uses the
-session's PostgreSQL cluster), ``browser`` (drives headless Chromium). ``vllm`` and ``postgres`` are added here to
-every test that asks for the fixture needing them (or whose module declares them), so ``-m "not vllm"`` works.
+session's PostgreSQL cluster), ``browser`` (drives headless Chromium). ``postgres`` is added here to every test
+that uses the cluster, so ``-m "not postgres"`` works; the ``slow`` / ``vllm`` / ``browser`` tests share one
+``xdist_group``.
 
 The expensive things are built once per session and shared: the LiveShop draw, the small and the serving
 students (``tests.support.students``) and the PostgreSQL cluster (``pg``).
@@ -32,12 +33,25 @@ from tests.support import students  # noqa: E402
 POSTGRES_FIXTURES = {"pg", "pg_store_url"}
 
 
+HEAVY_MARKERS = ("slow", "vllm", "browser")
+ENGINES_GROUP = "engines"
+
+
+@pytest.hookimpl(tryfirst=True)  # before pytest-xdist names the group in each test id
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """``postgres`` on every test that uses the cluster (a ``store_url`` test on its PostgreSQL parameter)."""
+    """``postgres`` on every test that uses the cluster (a ``store_url`` test on its PostgreSQL parameter), and
+    every ``slow`` / ``vllm`` / ``browser`` test in one ``xdist_group``.
+
+    Under ``pytest -n 2 --dist loadgroup`` (``make test``) the group runs on one worker, one test at a time and
+    first, while the other worker takes the rest: two engine-starting tests never compete for the CPU (their
+    deadlines and their engines' memory assume they have the machine to themselves).
+    """
     for item in items:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if POSTGRES_FIXTURES & set(getattr(item, "fixturenames", ())) or params.get("store_url") == "postgresql":
             item.add_marker(pytest.mark.postgres)
+        if any(item.get_closest_marker(name) for name in HEAVY_MARKERS):
+            item.add_marker(pytest.mark.xdist_group(ENGINES_GROUP))
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -124,9 +124,14 @@ def ensure_smollm2(out_dir: str | Path | None = None, dtype: str = "bfloat16", f
         "seconds": round(time.perf_counter() - start, 1),
     }
     (tmp / MARKER).write_text(json.dumps(info, indent=2) + "\n")
-    if out.exists():
-        shutil.rmtree(out)
-    tmp.rename(out)
+    if out.exists() and (force or not _is_complete(out, dtype)):
+        shutil.rmtree(out, ignore_errors=True)
+    try:
+        tmp.rename(out)
+    except OSError:  # another process finished the same conversion first
+        if not _is_complete(out, dtype):
+            raise
+        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
