@@ -1,8 +1,8 @@
 """Trained for the server's cut: correctness against the thinking cap, with and without budget-forced rollouts.
 
 The RFT student, stage-2 DRPO, and DRPO with budget-forced rollouts (``configs/tiny/grpo_drpo_budget.yaml``: each
-rollout's thinking is cut at a drawn cap as the server cuts it), every stage-2 run from the same RFT student on each
-stage-2 seed, each evaluated on the test split with the eval harness (greedy, rubric judge, calculator) uncapped and
+rollout's thinking is cut at a drawn cap as the server cuts it), every stage-2 run from the same RFT student (or, for
+``drpo_then_budget64``, from that seed's DRPO student) on each stage-2 seed, each evaluated on the test split with the eval harness (greedy, rubric judge, calculator) uncapped and
 at the thinking caps the server's deadline sets (budget forcing with the server's reply reserve). Per method: the
 mean and 95% t-interval over seeds of correctness at each cap, the floor (smallest cap keeping 90% of the model's
 own uncapped correctness), tokens, ΔC and ΔH against RFT; per seed, the targets of the budget-trained student.
@@ -23,21 +23,33 @@ import subprocess
 import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from livethink.eval.compare import t_interval
 
 ROOT = Path(__file__).resolve().parents[1]
-# method -> its config and the `livethink grpo` options on top of it
-METHODS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "drpo": ("configs/tiny/grpo_drpo.yaml", ()),
-    "drpo_budget": ("configs/tiny/grpo_drpo_budget.yaml", ()),
-    "drpo_budget64": ("configs/tiny/grpo_drpo_budget64.yaml", ()),
-    "drpo_budget64_half_uncut": ("configs/tiny/grpo_drpo_budget64.yaml", ("--budget_uncapped_share", "0.5")),
+
+
+class Method(NamedTuple):
+    """One stage-2 method: its config, the `livethink grpo` options on top of it, and the student it starts from
+    (``after``: that method's student of the same seed; none: the RFT student)."""
+
+    config: str
+    options: tuple[str, ...] = ()
+    after: str | None = None
+
+
+METHODS: dict[str, Method] = {
+    "drpo": Method("configs/tiny/grpo_drpo.yaml"),
+    "drpo_budget": Method("configs/tiny/grpo_drpo_budget.yaml"),
+    "drpo_budget64": Method("configs/tiny/grpo_drpo_budget64.yaml"),
+    "drpo_budget64_half_uncut": Method("configs/tiny/grpo_drpo_budget64.yaml", ("--budget_uncapped_share", "0.5")),
+    # Elastic Reasoning's order (arXiv 2505.05315): budget-constrained rollouts on an already RL-trained student
+    "drpo_then_budget64": Method("configs/tiny/grpo_drpo_budget64.yaml", after="drpo"),
 }
 BUDGET_METHOD = "drpo_budget"  # the shipped budget-trained student (``targets``)
 # every method trained for the cut (``targets_by_method``)
-BUDGET_METHODS = ("drpo_budget", "drpo_budget64", "drpo_budget64_half_uncut")
+BUDGET_METHODS = ("drpo_budget", "drpo_budget64", "drpo_budget64_half_uncut", "drpo_then_budget64")
 CAPS = (0, 32, 64, 96, 128, 192)
 TARGET_CAP = 64
 
@@ -60,17 +72,19 @@ def livethink(*args: str) -> list[str]:
 
 
 def train(args, method: str, seed: int) -> dict[str, Any]:
-    """One stage-2 run (reused when its final checkpoint exists)."""
+    """One stage-2 run (reused when its final checkpoint exists), after the run it starts from."""
+    spec = METHODS[method]
+    start = train(args, spec.after, seed)["dir"] if spec.after else args.rft
     out = Path(args.runs_dir) / method / f"seed{seed}"
     wall = None
     if not (out / "final" / "config.json").is_file():
-        config, options = METHODS[method]
-        wall = run(livethink("grpo", "--config", config, "--model_name_or_path", args.rft, "--data_dir",
-                             args.data_dir, "--output_dir", str(out), "--seed", str(seed), *options),
+        wall = run(livethink("grpo", "--config", spec.config, "--model_name_or_path", start, "--data_dir",
+                             args.data_dir, "--output_dir", str(out), "--seed", str(seed), *spec.options),
                    out.parent / f"seed{seed}.train.log")
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return {"method": method, "seed": seed, "dir": str(out / "final"), "train_wall_s": wall, "trained_here": wall is not None,
-            "train_step_s": round(sum(r.get("step_time", 0.0) for r in steps), 1), "steps": len(steps)}
+            "train_step_s": round(sum(r.get("step_time", 0.0) for r in steps), 1), "steps": len(steps),
+            "starts_from": spec.after or "rft"}
 
 
 def evaluate(args, model_dir: str, name: str) -> dict[str, Any]:
@@ -179,9 +193,11 @@ def markdown(report: dict[str, Any]) -> str:
                   "| seed | C at cap 64 ≥ 90% of RFT uncapped | floor ≤ 64 | C ≥ RFT − 2 pts | H ≥ RFT | ≥ 50% fewer tokens |",
                   "|---|---|---|---|---|---|"]
         lines += [_target_row(seed, v, cell) for seed, v in targets.items()]
-    lines += ["", "## Training runs", "", "| method | seed | steps | wall (s) | step time (s) |", "|---|---:|---:|---:|---:|"]
+    lines += ["", "## Training runs", "", "| method | starts from | seed | steps | wall (s) | step time (s) |",
+              "|---|---|---:|---:|---:|---:|"]
     for r in report["runs"]:
-        lines.append(f"| {r['method']} | {r['seed']} | {r['steps']} | {r['train_wall_s'] or 'reused'} | {r['train_step_s']} |")
+        lines.append(f"| {r['method']} | {r.get('starts_from', 'rft')} | {r['seed']} | {r['steps']} | "
+                     f"{r['train_wall_s'] or 'reused'} | {r['train_step_s']} |")
     return "\n".join(lines) + "\n"
 
 
