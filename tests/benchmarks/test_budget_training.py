@@ -1,7 +1,8 @@
-"""The budget-training benchmark's pure analysis (benchmarks/budget_training.py) on hand-made results."""
+"""The budget-training benchmark's pure analysis (benchmarks/budget_training.py) on hand-made results, and its run order."""
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 from pathlib import Path
 
@@ -42,7 +43,7 @@ def test_aggregate_over_seeds_and_the_report():
                        "command": "python benchmarks/budget_training.py"}}
     text = bench.markdown(report)
     assert "| rft | 10.0 | 20.0 | 25.0 | 30.0 | 40.0 | 48.0 | 50.0 | 192 |" in text
-    assert "| drpo_budget | 0 | 96 | reused | 600.0 |" in text
+    assert "| drpo_budget | rft | 0 | 96 | reused | 600.0 |" in text
     assert "| 0 | 40.0% ✗ (≥ 45.0%)" in text
     # every method trained for the cut gets its targets table; the header says what ran here and what was read back
     report["targets_by_method"] = {"drpo_budget": report["targets"], "drpo_budget64": {"1": bench.verdicts(models[1], RFT)}}
@@ -51,3 +52,26 @@ def test_aggregate_over_seeds_and_the_report():
     assert "## Targets of the budget-trained student (drpo_budget64), per seed" in text
     assert "| 1 | 44.0% ✗ (≥ 45.0%) | 32 ✓" in text
     assert "1 runs trained and 2 models evaluated here" in text
+
+
+def test_a_method_after_another_starts_from_that_methods_student_of_the_same_seed(tmp_path, monkeypatch):
+    commands = []
+
+    def fake_run(cmd, log):  # records the grpo command and leaves the run's outputs
+        commands.append(cmd)
+        out = Path(cmd[cmd.index("--output_dir") + 1])
+        (out / "final").mkdir(parents=True)
+        (out / "final" / "config.json").write_text("{}")
+        (out / "metrics.jsonl").write_text('{"step_time": 2.0}\n')
+        return 1.0
+
+    monkeypatch.setattr(bench, "run", fake_run)
+    args = argparse.Namespace(runs_dir=str(tmp_path), rft="runs/rft/final", data_dir="data")
+    run = bench.train(args, "drpo_then_budget64", 2)
+    first, second = commands
+    assert first[first.index("--model_name_or_path") + 1] == "runs/rft/final"
+    assert second[second.index("--model_name_or_path") + 1] == str(tmp_path / "drpo" / "seed2" / "final")
+    assert second[second.index("--config") + 1] == bench.METHODS["drpo_then_budget64"].config
+    assert run["starts_from"] == "drpo" and run["trained_here"] and run["steps"] == 1
+    assert bench.train(args, "drpo_then_budget64", 2)["trained_here"] is False  # both reused now
+    assert len(commands) == 2
