@@ -46,13 +46,14 @@ METHODS: dict[str, Method] = {
     "drpo_budget64_half_uncut": Method("configs/tiny/grpo_drpo_budget64.yaml", ("--budget_uncapped_share", "0.5")),
     # Elastic Reasoning's order (arXiv 2505.05315): budget-constrained rollouts on an already RL-trained student
     "drpo_then_budget64": Method("configs/tiny/grpo_drpo_then_budget64.yaml", after="drpo"),
+    "drpo_then_budget64_192": Method("configs/tiny/grpo_drpo_then_budget64.yaml", ("--max_steps", "192"), after="drpo"),
     "drpo_then_budget48_64": Method("configs/tiny/grpo_drpo_then_budget64.yaml", ("--budget_caps", "choice:48,64"),
                                     after="drpo"),
 }
 BUDGET_METHOD = "drpo_budget"  # the shipped budget-trained student (``targets``)
 # every method trained for the cut (``targets_by_method``)
 BUDGET_METHODS = ("drpo_budget", "drpo_budget64", "drpo_budget64_half_uncut", "drpo_then_budget64",
-                  "drpo_then_budget48_64")
+                  "drpo_then_budget64_192", "drpo_then_budget48_64")
 CAPS = (0, 32, 64, 96, 128, 192)
 TARGET_CAP = 64
 
