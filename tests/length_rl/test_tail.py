@@ -137,6 +137,7 @@ def test_tail_batching_off_leaves_no_trace(setup):
 
 
 @pytest.mark.slow
+@pytest.mark.vllm
 def test_tail_batching_on_colocated_vllm_rollouts(setup):
     """Colocated vLLM (slow: starts a real engine): the short limit is the engine's max_tokens, long rounds reset it."""
     from livethink.models.student import create_student, load_student_config, save_student
