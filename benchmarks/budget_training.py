@@ -1,8 +1,9 @@
 """Trained for the server's cut: correctness against the thinking cap, with and without budget-forced rollouts.
 
 The RFT student, stage-2 DRPO, and DRPO with budget-forced rollouts (``configs/tiny/grpo_drpo_budget.yaml``: each
-rollout's thinking is cut at a drawn cap as the server cuts it), every stage-2 run from the same RFT student (or, for
-``drpo_then_budget64``, from that seed's DRPO student) on each stage-2 seed, each evaluated on the test split with the eval harness (greedy, rubric judge, calculator) uncapped and
+rollout's thinking is cut at a drawn cap as the server cuts it), every stage-2 run from the same RFT student (a
+method with ``after``, such as ``drpo_then_budget64``, from that seed's student of the method it names) on each
+stage-2 seed, each evaluated on the test split with the eval harness (greedy, rubric judge, calculator) uncapped and
 at the thinking caps the server's deadline sets (budget forcing with the server's reply reserve). Per method: the
 mean and 95% t-interval over seeds of correctness at each cap, the floor (smallest cap keeping 90% of the model's
 own uncapped correctness), tokens, ΔC and ΔH against RFT; per seed, the targets of the budget-trained student.
@@ -51,9 +52,8 @@ METHODS: dict[str, Method] = {
                                     after="drpo"),
 }
 BUDGET_METHOD = "drpo_budget"  # the shipped budget-trained student (``targets``)
-# every method trained for the cut (``targets_by_method``)
-BUDGET_METHODS = ("drpo_budget", "drpo_budget64", "drpo_budget64_half_uncut", "drpo_then_budget64",
-                  "drpo_then_budget64_192", "drpo_then_budget48_64")
+# every method trained for the cut (``targets_by_method``): its config turns on budget-forced rollouts
+BUDGET_METHODS = tuple(name for name, method in METHODS.items() if "budget" in Path(method.config).stem)
 CAPS = (0, 32, 64, 96, 128, 192)
 TARGET_CAP = 64
 
