@@ -15,7 +15,7 @@ from livethink.rft_distill.teachers.factory import make_teacher
 from livethink.rft_distill.teachers.openai_compat import OpenAITeacher, OpenAITeacherConfig
 from tests.support.teacher_fault_server import FaultServer
 
-pytestmark = pytest.mark.timeout(60)
+pytestmark = [pytest.mark.timing, pytest.mark.timeout(60)]
 K = 4
 
 

@@ -25,7 +25,7 @@ from tests.support.serve import (
     tiny_student_dir,
 )
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timing, pytest.mark.timeout(180)]
 CLIENT = Path(__file__).parents[1] / "support" / "http_load_client.py"
 BURN = "import time\nend = time.monotonic() + 120\nwhile time.monotonic() < end: pass\n"  # bounded
 

@@ -20,7 +20,7 @@ from livethink.serve.engines.base import FORCED_THINK_END, GenerationRequest, Sa
 from livethink.serve.engines.transformers_engine import TransformersEngine
 from tests.support.serve import ServerThread, load_tokenizer, make_config, tiny_student_dir
 
-pytestmark = pytest.mark.timeout(180)
+pytestmark = [pytest.mark.timing, pytest.mark.timeout(180)]
 GREEDY_LONG = SamplingOptions(temperature=0.0, ignore_eos=True)
 
 

@@ -23,7 +23,7 @@ from tests.support.serve import (
     tiny_student_dir,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timing, pytest.mark.timeout(120)]
 # One client for the module: a fresh httpx call builds an SSL context each time (~0.1 s on a busy machine),
 # which would be counted as server latency.
 HTTP = httpx.Client(timeout=10)

@@ -29,6 +29,8 @@ from tests.support.serve import (
     tiny_student_dir,
 )
 
+pytestmark = pytest.mark.timing  # asserts wall-clock behaviour (tests/conftest.py)
+
 
 # -- pure parts -----------------------------------------------------------------------------------------
 def test_recent_refusals_count_the_window_only():

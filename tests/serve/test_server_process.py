@@ -9,6 +9,8 @@ import pytest
 
 from livethink.server_process import ServerProcess, free_port
 
+pytestmark = pytest.mark.timing  # asserts wall-clock behaviour (tests/conftest.py)
+
 
 def test_serves_then_closes_idempotently(tmp_path):
     port = free_port()

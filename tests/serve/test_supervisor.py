@@ -26,7 +26,7 @@ from tests.support.serve import (
     tiny_student_dir,
 )
 
-pytestmark = pytest.mark.timeout(120)
+pytestmark = [pytest.mark.timing, pytest.mark.timeout(120)]
 P = Policy(poll_s=0.5, restart_max=2, restart_window_s=600, backoff_s=1.0, backoff_max_s=30, stall_s=5, stall_kill_s=30)
 
 
