@@ -1,7 +1,8 @@
 """Rejection sampling: judge every teacher candidate, keep those with C=1 AND H=1, choose per prompt.
 
 LiveThinking keeps a candidate iff it is correct and helpful; the selection policy then decides how many of
-a prompt's accepted candidates become SFT targets: ``all``, one ``random`` one, or the ``shortest`` one.
+a prompt's accepted candidates become SFT targets: ``all``, one ``random`` one, the ``shortest`` one, or the one
+whose thinking states the answer first (``earliest_answer``, ``answer_point.py``: it survives the server's cut).
 """
 
 from __future__ import annotations
@@ -14,9 +15,10 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from livethink.data.schema import Task
+from livethink.rft_distill.answer_point import answer_point
 
-SelectionPolicy = Literal["all", "random", "shortest"]
-SELECTION_POLICIES: tuple[str, ...] = ("all", "random", "shortest")
+SelectionPolicy = Literal["all", "random", "shortest", "earliest_answer"]
+SELECTION_POLICIES: tuple[str, ...] = ("all", "random", "shortest", "earliest_answer")
 
 
 class _Verdict(Protocol):
@@ -82,8 +84,10 @@ class AcceptanceReport:
         }
 
 
-def select(accepted: Sequence[JudgedSample], policy: SelectionPolicy, rng: random.Random) -> list[JudgedSample]:
-    """The SFT targets among one prompt's accepted samples."""
+def select(
+    accepted: Sequence[JudgedSample], policy: SelectionPolicy, rng: random.Random, task: Task | None = None
+) -> list[JudgedSample]:
+    """The SFT targets among one prompt's accepted samples (``earliest_answer`` needs their ``task``)."""
     if not accepted:
         return []
     if policy == "all":
@@ -92,6 +96,10 @@ def select(accepted: Sequence[JudgedSample], policy: SelectionPolicy, rng: rando
         return [rng.choice(list(accepted))]
     if policy == "shortest":
         return [min(accepted, key=lambda s: (len(s.completion), s.sample_index))]
+    if policy == "earliest_answer":
+        if task is None:
+            raise ValueError("selection 'earliest_answer' needs the task of the samples")
+        return [min(accepted, key=lambda s: (answer_point(task, s.completion), len(s.completion), s.sample_index))]
     raise ValueError(f"selection must be one of {SELECTION_POLICIES}, got {policy!r}")
 
 
@@ -140,7 +148,7 @@ def accept_and_select(
         samples = sorted(by_task[task_id], key=lambda s: s.sample_index)
         kind = tasks[task_id].kind if task_id in tasks else "unknown"
         accepted = [s for s in samples if s.accepted]
-        chosen = select(accepted, policy, rng)
+        chosen = select(accepted, policy, rng, tasks.get(task_id))
         selected.extend(chosen)
         counts = per_kind[kind]
         counts["prompts"] += 1

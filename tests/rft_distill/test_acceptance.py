@@ -7,7 +7,9 @@ from dataclasses import dataclass
 
 import pytest
 
+from livethink.data.schema import ProductDoc, Reference, Task
 from livethink.rft_distill.acceptance import JudgedSample, accept_and_select, judge_samples, select
+from livethink.rft_distill.answer_point import answer_point
 
 
 def _s(task_id: str, i: int, text: str, c: bool, h: bool, error: str | None = None) -> JudgedSample:
@@ -93,3 +95,41 @@ def test_judge_samples_scores_in_batches_in_order(liveshop_small):
     assert judge.batches == [3, 3, 1]
     assert [j.sample_index for j in judged] == list(range(7))
     assert [j.accepted for j in judged] == [False] * 4 + [True] * 3
+
+
+def _task(reference: Reference) -> Task:
+    doc = ProductDoc(product_id="p1", title="Lumen Coastal Hoodie", text="Unit price: 83.00, 10% off.")
+    return Task(id="t", split="train", product_docs=(doc,), question="How much for two?", reference=reference,
+                kind="price", difficulty=1)
+
+
+PRICE = _task(Reference(kind="number", value=149.40, unit="usd"))
+
+
+def test_answer_point_counts_thinking_words_before_the_reference():
+    early = "<think>\nSubtotal: 74.70 × 2 = 149.40. Now the coupon.\n</think>\n\n$149.40."
+    # "Subtotal:" "74.70" "×" "2" "=" come first: 5 words; the reply's own $149.40 is not thinking
+    assert answer_point(PRICE, early) == 5
+    # 149.39 is a cent off: accepted as the answer (usd rounding); 149.38 is not, so the thinking's end counts
+    assert answer_point(PRICE, "<think>\nso 149.39 then\n</think>\n\nx") == 1
+    assert answer_point(PRICE, "<think>\nso 149.38 then\n</think>\n\n$149.40") == 3
+    entity = _task(Reference(kind="entity", value="Pebble Trail", aliases=("PT-2",)))
+    assert answer_point(entity, "<think>\nThe pebble-trail is lighter. PT-2 too.\n</think>\n\nx") == 1
+    assert answer_point(entity, "<think>\nThe PT-2, i.e. Pebble Trail\n</think>\n\nx") == 1
+    assert answer_point(entity, "<think>\nPebble Trailblazer\n</think>\n\nx") == 2  # word boundaries
+    yes = _task(Reference(kind="yes_no", value=True))
+    assert answer_point(yes, "<think>\nStock: 12 left. So yes.\n</think>\n\nYes.") == 5  # no mention: the end
+
+
+def test_earliest_answer_keeps_the_trace_that_states_the_answer_first():
+    late = _s("t", 0, "<think>\nLet me look. Unit price 74.70. Subtotal 149.40.\n</think>\n\n$149.40.", True, True)
+    early = _s("t", 1, "<think>\nSubtotal 149.40. Let me double-check all of it again, slowly.\n</think>\n\n$149.40.",
+               True, True)
+    tie = _s("t", 2, "<think>\nSubtotal 149.40. Sure.\n</think>\n\n$149.40.", True, True)
+    assert select([late, early], "earliest_answer", random.Random(0), PRICE) == [early]  # although longer
+    assert select([late, early, tie], "earliest_answer", random.Random(0), PRICE) == [tie]  # then the shorter
+    with pytest.raises(ValueError, match="needs the task"):
+        select([late], "earliest_answer", random.Random(0))
+    tasks = {"t": PRICE}
+    selected, _ = accept_and_select([late, early], tasks, policy="earliest_answer")
+    assert selected == [early]

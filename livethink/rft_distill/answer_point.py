@@ -1,0 +1,58 @@
+"""Where a reasoning trace first states its answer: the stage-1 side of training for the server's cut.
+
+The server cuts thinking at a cap and makes the model answer from there (s1 budget forcing, arXiv 2501.19393). A
+trace that states the key fact early survives the cut; one that reaches it after long detours does not. Among a
+prompt's accepted teacher traces, the ``earliest_answer`` selection policy (``acceptance.py``) keeps the one whose
+thinking reaches the reference answer first, so the student copies that habit before stage 2 trains it under the
+cut (Elastic Reasoning, arXiv 2505.05315, budget-constrained rollouts).
+
+The answer point of a trace is the number of thinking words before the reference answer's first mention:
+- ``number``: the first number mention equal to the reference (one cent for usd, exact otherwise), in any unit
+  (a price quoted from the docs that already is the answer counts: the fact is stated);
+- ``entity``: the first mention of the reference name or one of its aliases (case-insensitive, word boundaries,
+  any punctuation between its words);
+- ``yes_no`` and ``not_stated`` have no mention to find: the answer point is the end of the thinking.
+"""
+
+from __future__ import annotations
+
+import re
+
+from livethink.data.reasoning_format import THINK, ReasoningFormat
+from livethink.data.schema import Task
+from livethink.rewards.parse import split_completion
+from livethink.rewards.text import normalize_entity, number_mentions
+
+USD_TOLERANCE = 0.01 + 1e-9
+
+
+def _words_before(text: str, offset: int) -> int:
+    return len(text[:offset].split())
+
+
+def _number_offset(thinking: str, value: float, unit: str | None) -> int | None:
+    tolerance = USD_TOLERANCE if unit == "usd" else 1e-6
+    return next((m.start for m in number_mentions(thinking) if abs(m.value - value) <= tolerance), None)
+
+
+def _entity_offset(thinking: str, name: str) -> int | None:
+    """Offset in ``thinking`` of the first mention of ``name``, matched as ``find_entity`` matches it."""
+    words = normalize_entity(name).split()
+    if not words:
+        return None
+    pattern = r"[^0-9a-z]+".join(re.escape(w) for w in words)
+    match = re.search(rf"(?<![0-9a-z]){pattern}(?![0-9a-z])", thinking.lower())
+    return match.start() if match else None
+
+
+def answer_point(task: Task, completion: str, fmt: ReasoningFormat = THINK) -> int:
+    """Thinking words before the first mention of ``task``'s reference answer; the thinking's length if none."""
+    thinking, _ = split_completion(completion, fmt)
+    ref = task.reference
+    offset = None
+    if ref.kind == "number" and ref.value is not None:
+        offset = _number_offset(thinking, float(ref.value), ref.unit)
+    elif ref.kind == "entity" and isinstance(ref.value, str):
+        found = [o for name in (ref.value, *ref.aliases) if (o := _entity_offset(thinking, name)) is not None]
+        offset = min(found, default=None)
+    return len(thinking.split()) if offset is None else _words_before(thinking, offset)
