@@ -1,9 +1,10 @@
 """Shared fixtures and markers. Tests run offline (no model hub) on CPU.
 
 Markers (``pyproject.toml``): ``slow`` (more than ~20 s), ``vllm`` (starts a vLLM engine), ``postgres`` (uses the
-session's PostgreSQL cluster), ``browser`` (drives headless Chromium). ``postgres`` is added here to every test
-that uses the cluster, so ``-m "not postgres"`` works; the ``slow`` / ``vllm`` / ``browser`` tests share one
-``xdist_group``; ``timing`` tests (wall-clock assertions) run before the light tests lower their priority.
+session's PostgreSQL cluster), ``browser`` (drives headless Chromium), ``timing`` (asserts wall-clock behaviour).
+``postgres`` is added here to every test that uses the cluster, so ``-m "not postgres"`` works. The ``vllm`` /
+``browser`` tests and the ``slow`` ``timing`` ones share one ``xdist_group``; the other ``timing`` tests run
+before the rest lower their priority (``pytest_runtest_setup``).
 
 The expensive things are built once per session and shared: the LiveShop draw, the small and the serving
 students (``tests.support.students``) and the PostgreSQL cluster (``pg``).
@@ -33,7 +34,7 @@ from tests.support import students  # noqa: E402
 POSTGRES_FIXTURES = {"pg", "pg_store_url"}
 
 
-HEAVY_MARKERS = ("slow", "vllm", "browser")
+ENGINE_MARKERS = ("vllm", "browser")  # an engine, a server or a browser: CPU and memory of their own
 ENGINES_GROUP = "engines"
 TIMING_GROUP = "timing"
 LIGHT_NICE = 19  # the light tests take only the CPU the engines group leaves
@@ -43,8 +44,9 @@ _lowered = False
 @pytest.hookimpl(tryfirst=True)  # before pytest-xdist names the group in each test id
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """``postgres`` on every test that uses the cluster (a ``store_url`` test on its PostgreSQL parameter), every
-    ``slow`` / ``vllm`` / ``browser`` test in the ``engines`` ``xdist_group``, and the other ``timing`` tests in
-    the ``timing`` group.
+    ``vllm`` / ``browser`` test and every ``slow`` ``timing`` test in the ``engines`` ``xdist_group``, and the
+    other ``timing`` tests in the ``timing`` group (a ``slow`` training test joins neither: it runs beside the
+    engines at nice 19).
 
     Under ``pytest -n 2 --dist loadgroup`` (``make test``) the engines group runs on one worker, one test at a time
     and first, while the other worker takes the rest: two engine-starting tests never compete for the CPU (their
@@ -54,9 +56,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
         params = getattr(getattr(item, "callspec", None), "params", {})
         if POSTGRES_FIXTURES & set(getattr(item, "fixturenames", ())) or params.get("store_url") == "postgresql":
             item.add_marker(pytest.mark.postgres)
-        if any(item.get_closest_marker(name) for name in HEAVY_MARKERS):
+        timing = item.get_closest_marker("timing") is not None
+        slow_timing = timing and item.get_closest_marker("slow") is not None
+        if slow_timing or any(item.get_closest_marker(name) for name in ENGINE_MARKERS):
             item.add_marker(pytest.mark.xdist_group(ENGINES_GROUP))
-        elif item.get_closest_marker("timing"):
+        elif timing:
             item.add_marker(pytest.mark.xdist_group(TIMING_GROUP))
 
 

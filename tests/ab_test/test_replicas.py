@@ -104,6 +104,7 @@ def _wait(predicate, timeout: float) -> bool:
 
 
 @pytest.mark.slow
+@pytest.mark.timing  # servers under load: with the engines (tests/conftest.py)
 def test_kill_9_of_a_replica_mid_load(store_url: str, tmp_path: Path) -> None:
     exp = tmp_path / "exp.yaml"
     exp.write_text(EXPERIMENT)
