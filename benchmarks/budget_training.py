@@ -194,6 +194,9 @@ def markdown(report: dict[str, Any]) -> str:
     by_method = report.get("targets_by_method") or {BUDGET_METHOD: report["targets"]}
     for method, targets in by_method.items():
         lines += ["", f"## Targets of the budget-trained student ({method}), per seed", "",
+                  f"Against the RFT student `{meta.get('rft_dir', 'runs/tiny/rft/final')}` (uncapped "
+                  f"{100 * rft['correct']:.1f}% correct, {100 * rft['helpful']:.1f}% helpful, "
+                  f"{rft['tokens']:.1f} tokens).", "",
                   "| seed | C at cap 64 ≥ 90% of RFT uncapped | floor ≤ 64 | C ≥ RFT − 2 pts | H ≥ RFT | ≥ 50% fewer tokens |",
                   "|---|---|---|---|---|---|"]
         lines += [_target_row(seed, v, cell) for seed, v in targets.items()]
@@ -264,7 +267,7 @@ def main(argv: list[str] | None = None) -> int:
     models = {(r["method"], r["seed"]): evaluate(args, r["dir"], f"{r['method']}-seed{r['seed']}") for r in runs}
     report = {
         "meta": {"command": "python benchmarks/budget_training.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
-                 "seeds": args.seed_list, "caps": list(CAPS), "loadavg_before": loadavg_before,
+                 "rft_dir": args.rft, "seeds": args.seed_list, "caps": list(CAPS), "loadavg_before": loadavg_before,
                  "loadavg_after": [round(x, 2) for x in os.getloadavg()], "wall_s": round(time.perf_counter() - started, 1),
                  "cpus": os.cpu_count(), "trained_here": sum(r["trained_here"] for r in runs),
                  "evaluated_here": sum(m["evaluated_here"] for m in [rft, *models.values()])},

@@ -47,9 +47,11 @@ def test_aggregate_over_seeds_and_the_report():
     assert "| 0 | 40.0% ✗ (≥ 45.0%)" in text
     # every method trained for the cut gets its targets table; the header says what ran here and what was read back
     report["targets_by_method"] = {"drpo_budget": report["targets"], "drpo_budget64": {"1": bench.verdicts(models[1], RFT)}}
-    report["meta"].update(trained_here=1, evaluated_here=2)
+    report["meta"].update(trained_here=1, evaluated_here=2, rft_dir="runs/tiny/rft_early/final")
     text = bench.markdown(report)
     assert "## Targets of the budget-trained student (drpo_budget64), per seed" in text
+    # the targets say which RFT student they are measured against (``--rft``)
+    assert "Against the RFT student `runs/tiny/rft_early/final` (uncapped 50.0% correct" in text
     assert "| 1 | 44.0% ✗ (≥ 45.0%) | 32 ✓" in text
     assert "1 runs trained and 2 models evaluated here" in text
 
