@@ -20,10 +20,9 @@ import re
 
 from livethink.data.reasoning_format import THINK, ReasoningFormat
 from livethink.data.schema import Task
+from livethink.rewards.correctness import USD_TOLERANCE
 from livethink.rewards.parse import split_completion
 from livethink.rewards.text import normalize_entity, number_mentions
-
-USD_TOLERANCE = 0.01 + 1e-9
 
 
 def _words_before(text: str, offset: int) -> int:
