@@ -56,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="transformers engine: torch device (auto: the accelerator if torch sees one, else cpu)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="transformers engine: weights and compute dtype")
+    p.add_argument("--batch-size", type=int, default=16,
+                   help="transformers engine: prompts per generate call (a GPU takes hundreds at once)")
     p.add_argument("--max-tokens", type=int, default=768)
     p.add_argument("--latency-probes", type=int, default=16)
     p.add_argument("--judge", default="rubric", choices=["rubric", "llm"])
@@ -121,6 +123,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.reply_reserve < 1:
         print(f"error: --reply-reserve must be >= 1, got {args.reply_reserve}", file=sys.stderr)
         return 2
+    if args.batch_size < 1:
+        print(f"error: --batch-size must be >= 1, got {args.batch_size}", file=sys.stderr)
+        return 2
 
     split_file = Path(args.data) / f"{args.split}.jsonl"
     if not split_file.is_file():
@@ -147,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         name = args.name[i] if args.name else Path(model_dir).name
         result, _, completions = evaluate_model(model_dir, tasks, judge, args.engine, args.max_tokens, args.latency_probes, name,
                                                  calculator=args.calculator, device=args.device, dtype=args.dtype,
+                                                 batch_size=args.batch_size,
                                                  thinking_caps=caps, min_thinking_ratio=args.min_thinking_ratio,
                                                  reply_reserve=args.reply_reserve)
         if "thinking_curve" in result:

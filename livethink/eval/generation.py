@@ -215,14 +215,15 @@ def _generation_config(model_dir: str | Path) -> Any:
 
 
 def make_generator(model_dir: str | Path, engine: str = "auto", max_model_len: int = 2048, calculator: bool = False,
-                   device: str = "auto", dtype: str = "float32"):
+                   device: str = "auto", dtype: str = "float32", batch_size: int = 16):
     """A generator for ``model_dir`` on the chosen engine (``auto``: vLLM if it imports).
 
     ``calculator``: the digits after a written-out sum's ``=`` come from a calculator (``livethink.calculator``).
     ``device`` / ``dtype``: where and in which precision the transformers engine runs (``auto``: the accelerator if
-    there is one); vLLM picks its own device and runs in bfloat16."""
+    there is one); vLLM picks its own device and runs in bfloat16. ``batch_size``: prompts per transformers
+    ``generate`` call (vLLM schedules its own batches)."""
     if not Path(model_dir).is_dir():
         raise FileNotFoundError(f"model dir not found: {model_dir}")
     if resolve_engine(engine) == "vllm":
         return VLLMGenerator(model_dir, max_model_len=max_model_len, calculator=calculator)
-    return TransformersGenerator(model_dir, calculator=calculator, device=device, dtype=dtype)
+    return TransformersGenerator(model_dir, batch_size=batch_size, calculator=calculator, device=device, dtype=dtype)

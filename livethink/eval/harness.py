@@ -69,13 +69,14 @@ def evaluate_model(
     calculator: bool = False,
     device: str = "auto",
     dtype: str = "float32",
+    batch_size: int = 16,
     thinking_caps: Sequence[int] = (),
     min_thinking_ratio: float = 0.9,
     reply_reserve: int = REPLY_RESERVE,
 ) -> tuple[dict[str, Any], list[SampleEval], dict[str, tuple[str, str]]]:
     """Greedy generation on ``tasks``, judged; latency probed one request at a time on the first few tasks.
     ``calculator``: calculator-assisted decoding (see ``livethink.calculator``). ``device`` / ``dtype``: the
-    transformers engine's (``make_generator``). ``thinking_caps``: also measure correctness against the thinking
+    transformers engine's, and its prompts per ``generate`` call (``make_generator``). ``thinking_caps``: also measure correctness against the thinking
     cap (budget forcing as the server does it, the reply given ``reply_reserve`` tokens) and the minimum thinking
     budget (``result["thinking_curve"]``, see ``thinking_curve``)."""
     from livethink.eval.generation import make_generator, resolve_engine
@@ -83,7 +84,8 @@ def evaluate_model(
 
     active = params_of_checkpoint(model_dir).active
     engine = resolve_engine(engine)
-    generator = make_generator(model_dir, engine, calculator=calculator, device=device, dtype=dtype)
+    generator = make_generator(model_dir, engine, calculator=calculator, device=device, dtype=dtype,
+                               batch_size=batch_size)
     try:
         generations = generator.generate(tasks, max_tokens=max_tokens)
         probes = generator.probe_latency(tasks[:latency_probes], max_tokens=max_tokens) if latency_probes else []

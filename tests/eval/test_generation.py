@@ -45,6 +45,20 @@ def test_make_generator_rejects_missing_dir(tmp_path):
         make_generator(tmp_path / "nope", engine="transformers")
 
 
+def test_make_generator_passes_the_batch_size_to_transformers(student_dir):
+    generator = make_generator(student_dir, engine="transformers", device="cpu", batch_size=7)
+    assert isinstance(generator, TransformersGenerator) and generator.batch_size == 7
+
+
+def test_eval_cli_names_a_bad_batch_size(student_dir, tmp_path, capsys):
+    from livethink.eval.cli import main
+
+    code = main(["--model", str(student_dir), "--data", str(tmp_path), "--engine", "transformers",
+                 "--batch-size", "0", "--out", str(tmp_path / "eval")])
+    assert code == 2
+    assert "--batch-size must be >= 1, got 0" in capsys.readouterr().err
+
+
 def test_eval_cli_samples_the_teacher_at_the_rft_runs_opener_rate(student_dir, liveshop_small, tmp_path, capsys):
     import json
 
