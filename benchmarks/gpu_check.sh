@@ -34,25 +34,8 @@ ROLLOUT_EVAL_N=${ROLLOUT_EVAL_N:-100}
 export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false
 mkdir -p "$RUNS/logs"
 
-# stage NAME COMMAND...: run, tee the output to $RUNS/logs/NAME.log, append {stage, wall_s, rc, command} to times.jsonl
-stage() {
-    local name=$1
-    shift
-    echo "=== $name: $*"
-    local t0 t1 rc
-    t0=$(date +%s.%N)
-    "$@" 2>&1 | tee "$RUNS/logs/$name.log"
-    rc=${PIPESTATUS[0]}
-    t1=$(date +%s.%N)
-    "$PY" - "$RUNS/times.jsonl" "$name" "$t0" "$t1" "$rc" "$*" <<'EOF'
-import json, sys
-path, name, t0, t1, rc, command = sys.argv[1:]
-with open(path, "a") as fh:
-    fh.write(json.dumps({"stage": name, "wall_s": round(float(t1) - float(t0), 1), "rc": int(rc), "command": command}) + "\n")
-EOF
-    echo "=== $name: rc=$rc, $(awk "BEGIN {printf \"%.1f\", $t1 - $t0}") s"
-    return "$rc"
-}
+# shellcheck source=benchmarks/gpu_stage.sh
+source benchmarks/gpu_stage.sh  # stage NAME COMMAND...
 
 run_test() { stage test "$PY" -m pytest -q -p no:cacheprovider tests/models/test_cuda.py; }
 

@@ -45,23 +45,8 @@ export PYTHONUNBUFFERED=1 TOKENIZERS_PARALLELISM=false HF_HUB_OFFLINE=1
 mkdir -p "$RUNS/logs"
 "$PY" -c 'import json, os; print(json.dumps({"load": [round(x, 2) for x in os.getloadavg()]}))' >"$RUNS/load_before.json"
 
-# stage NAME COMMAND...: run under TIMEOUT_NAME (else STAGE_TIMEOUT), log to $RUNS/logs/NAME.log, time to times.jsonl
-stage() {
-    local name=$1
-    shift
-    echo "=== $name: $*"
-    local t0 t1 rc
-    t0=$(date +%s.%N)
-    local limit_var="TIMEOUT_$name"
-    timeout "${!limit_var:-$STAGE_TIMEOUT}" "$@" 2>&1 | tee "$RUNS/logs/$name.log"
-    rc=${PIPESTATUS[0]}
-    t1=$(date +%s.%N)
-    "$PY" -c 'import json, sys; n, t0, t1, rc, cmd = sys.argv[1:]
-print(json.dumps({"stage": n, "wall_s": round(float(t1) - float(t0), 1), "rc": int(rc), "command": cmd}))' \
-        "$name" "$t0" "$t1" "$rc" "$*" >>"$RUNS/times.jsonl"
-    echo "=== $name: rc=$rc, $(awk "BEGIN {printf \"%.1f\", $t1 - $t0}") s"
-    return "$rc"
-}
+# shellcheck source=benchmarks/gpu_stage.sh
+source benchmarks/gpu_stage.sh  # stage NAME COMMAND...
 
 run_setup() {
     stage setup bash -c "$PY -m livethink.models.smollm2 && { [ -f $DATA/test.jsonl ] || $PY -m livethink.cli data generate --out $DATA; }"
