@@ -66,7 +66,7 @@ REPLICAS ?= 2
 PORT     ?= 8000
 SERVE_CONFIG ?= configs/tiny/serve.yaml
 EXPERIMENTS  ?= configs/ab/drpo_vs_rft.yaml
-DRPO         ?= runs/tiny/grpo/drpo_budget/final
+DRPO         ?= runs/tiny/grpo/drpo_then_budget64/final
 replicas: install postgres haproxy
 	$(PY) -m livethink.replicas --config $(SERVE_CONFIG) --replicas $(REPLICAS) --port $(PORT) \
 	  --experiments $(EXPERIMENTS) $(if $(DRPO),--set 'models.drpo={path: $(DRPO)}',) $(if $(STORE),--store $(STORE),) \

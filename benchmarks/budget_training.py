@@ -50,8 +50,10 @@ METHODS: dict[str, Method] = {
     "drpo_then_budget64_192": Method("configs/tiny/grpo_drpo_then_budget64.yaml", ("--max_steps", "192"), after="drpo"),
     "drpo_then_budget48_64": Method("configs/tiny/grpo_drpo_then_budget64.yaml", ("--budget_caps", "choice:48,64"),
                                     after="drpo"),
+    "drpo_then_budget64_all_cut": Method("configs/tiny/grpo_drpo_then_budget64.yaml", ("--budget_uncapped_share", "0"),
+                                         after="drpo"),
 }
-BUDGET_METHOD = "drpo_budget"  # the shipped budget-trained student (``targets``)
+BUDGET_METHOD = "drpo_then_budget64"  # the shipped budget-trained student, make demo's treatment arm (``targets``)
 # every method trained for the cut (``targets_by_method``): its config turns on budget-forced rollouts
 BUDGET_METHODS = tuple(name for name, method in METHODS.items() if "budget" in Path(method.config).stem)
 CAPS = (0, 32, 64, 96, 128, 192)
@@ -267,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     models = {(r["method"], r["seed"]): evaluate(args, r["dir"], f"{r['method']}-seed{r['seed']}") for r in runs}
     report = {
         "meta": {"command": "python benchmarks/budget_training.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
-                 "rft_dir": args.rft, "seeds": args.seed_list, "caps": list(CAPS), "loadavg_before": loadavg_before,
+                 "rft_dir": args.rft, "shipped_method": BUDGET_METHOD, "seeds": args.seed_list, "caps": list(CAPS), "loadavg_before": loadavg_before,
                  "loadavg_after": [round(x, 2) for x in os.getloadavg()], "wall_s": round(time.perf_counter() - started, 1),
                  "cpus": os.cpu_count(), "trained_here": sum(r["trained_here"] for r in runs),
                  "evaluated_here": sum(m["evaluated_here"] for m in [rft, *models.values()])},

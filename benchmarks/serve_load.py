@@ -17,7 +17,7 @@ estimate: about 4 for scenarios 1-3, as measured before the sweep, and about 7 f
 is a smoke run, its intervals are too wide to quote.
 
 Models: ``--model NAME=PATH`` (repeatable), by default ``rft`` = RUNS/rft/final and ``drpo`` =
-RUNS/grpo/drpo_budget/final, the demo's DRPO student trained for the cut (``--rft`` / ``--drpo`` set those two
+RUNS/grpo/drpo_then_budget64/final, the demo's DRPO student trained for the cut (``--rft`` / ``--drpo`` set those two
 paths). When the models are exactly ``rft`` and ``drpo`` the server runs the ``drpo_vs_rft`` experiment as ``make demo`` does (viewers hashed to arms, an arm
 forced with ``arm``); otherwise no experiment, and each request names its model (``model``): one at a time the
 model is forced, under load the arrivals take the models in turn.
@@ -98,7 +98,7 @@ def parse_models(items: list[str], runs: Path, rft: Path | None, drpo: Path | No
     """``NAME=PATH`` items, in order; without any, rft and (where trained) drpo under ``runs``."""
     if not items:
         models = {"rft": rft or runs / "rft/final"}
-        drpo = drpo or runs / "grpo/drpo_budget/final"
+        drpo = drpo or runs / "grpo/drpo_then_budget64/final"
         if (drpo / "config.json").is_file():
             models["drpo"] = drpo
         else:
@@ -160,11 +160,11 @@ def sweep_deployment_loaded(url: str, tasks: list, deadlines: list[int], names: 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=Path, default=ROOT / "runs/tiny", help="where rft/final and grpo/drpo_budget/final are")
+    p.add_argument("--runs", type=Path, default=ROOT / "runs/tiny", help="where rft/final and grpo/drpo_then_budget64/final are")
     p.add_argument("--model", action="append", default=[], metavar="NAME=PATH",
                    help="a model to serve (repeatable; default: rft and drpo under RUNS)")
     p.add_argument("--rft", type=Path, help="RFT student without --model (default: RUNS/rft/final)")
-    p.add_argument("--drpo", type=Path, help="compressed student without --model (default: RUNS/grpo/drpo_budget/final)")
+    p.add_argument("--drpo", type=Path, help="compressed student without --model (default: RUNS/grpo/drpo_then_budget64/final)")
     p.add_argument("--data", type=Path, default=ROOT / "artifacts/tiny/data")
     p.add_argument("--split", default="validation", choices=["validation", "test"])
     p.add_argument("--rates", help=f"default {FULL['rates']} (--quick: {QUICK['rates']})")

@@ -216,7 +216,7 @@ async def forced_replies(url: str, tasks: list, arms: dict[str, int | None], dea
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=Path, default=ROOT / "runs/tiny", help="where rft/final and grpo/drpo_budget/final are")
+    p.add_argument("--runs", type=Path, default=ROOT / "runs/tiny", help="where rft/final and grpo/drpo_then_budget64/final are")
     p.add_argument("--data", type=Path, default=ROOT / "artifacts/tiny/data")
     p.add_argument("--sustain-s", type=float, default=20.0)
     p.add_argument("--sustain-viewers", type=int, default=8, help="closed-loop viewers measuring capacity")
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     skip = set(filter(None, args.skip.split(",")))
     t_start = time.monotonic()
     load_before = [round(x, 2) for x in os.getloadavg()]
-    rft, drpo = args.runs / "rft/final", args.runs / "grpo/drpo_budget/final"
+    rft, drpo = args.runs / "rft/final", args.runs / "grpo/drpo_then_budget64/final"
     for path in (rft, drpo):
         if not (path / "config.json").is_file():
             p.error(f"--runs {args.runs}: {path} is not a model directory (run `make demo` first)")

@@ -1,8 +1,9 @@
 """`make demo`: the main job on the embedded default, step by step, reusing finished artifacts.
 
-data -> RFT (scripted teacher, judge, SFT of the MoE student) -> one compression variant (GRPO) -> eval
-(teacher vs RFT vs compressed) -> calibration (each student's minimum thinking budget) -> server with two A/B arms
--> a short simulated viewer stream -> Gradio app.
+data -> RFT (scripted teacher, judge, SFT of the MoE student) -> stage 2 in two GRPO runs (DRPO, then DRPO with
+budget-forced rollouts from it: the student trained for the server's cut) -> eval (teacher vs RFT vs that student)
+-> calibration (each student's minimum thinking budget) -> server with two A/B arms -> a short simulated viewer
+stream -> Gradio app.
 Every batch step checks for its output first, so a re-run only does what is missing. ``--quick`` uses small
 settings. Each step runs in a child process; Ctrl-C stops every process the job started.
 """
@@ -46,8 +47,11 @@ class Settings:
     grpo_max_completion: int = 384
     grpo_use_vllm: bool = True  # colocated vLLM rollouts (the configs' default); quick: transformers (no engine start-up)
     variant: str = "drpo"  # the compressed arm (the experiment configs/ab/drpo_vs_rft.yaml names it)
-    grpo_config: str = "grpo_drpo_budget.yaml"  # DRPO with budget-forced rollouts: trained for the server's cut
-    budget_caps: str = "auto"  # its rollouts' thinking caps (quick: what fits its shorter completions)
+    # Stage 2 in Elastic Reasoning's order (arXiv 2505.05315): DRPO from the RFT student, then DRPO with
+    # budget-forced rollouts aimed at the 64-token cap from the DRPO student. Over stage-2 seeds 0-2 this beat one
+    # budget-forced run from the RFT student at every mean (benchmarks/results/budget_training.md).
+    grpo_config: str = "grpo_drpo.yaml"
+    budget_config: str = "grpo_drpo_then_budget64.yaml"  # the served arm: trained for the server's cut
     quick: bool = False  # the eval report and the app say that a quick run checks the plumbing, not quality
     calibration_limit: int = 120  # validation tasks per thinking cap: each student's minimum thinking budget
     # torch intra-op threads of each batch step (OMP_NUM_THREADS; None: torch's default, one per core). Quick: 1.
@@ -61,8 +65,7 @@ class Settings:
         if quick:
             return cls(workdir / "artifacts/quick", workdir / "runs/quick", 1000, 100, 300, 1.0, 20, 3, 40, 4,
                        eval_engine="transformers", eval_max_tokens=256, grpo_max_completion=192,
-                       grpo_use_vllm=False, quick=True, calibration_limit=10, budget_caps="uniform:0:128",
-                       torch_threads=1)
+                       grpo_use_vllm=False, quick=True, calibration_limit=10, torch_threads=1)
         # 96 GRPO steps: the compression benchmark's budget (and the tiny configs' max_steps)
         return cls(workdir / "artifacts/tiny", workdir / "runs/tiny", 5000, 500, 5000, 2.5, 200, 96, 200)
 
@@ -80,7 +83,13 @@ class Settings:
 
     @property
     def compressed(self) -> Path:
+        """The first stage-2 run (DRPO)."""
         return self.runs / "grpo" / Path(self.grpo_config).stem.removeprefix("grpo_")
+
+    @property
+    def served(self) -> Path:
+        """The second stage-2 run, from the first: the treatment arm the demo serves."""
+        return self.runs / "grpo" / Path(self.budget_config).stem.removeprefix("grpo_")
 
 
 @dataclass(frozen=True)
@@ -108,6 +117,13 @@ def _read_json(path: Path) -> dict:
     return json.loads(path.read_text()) if path.is_file() else {}
 
 
+def _grpo(s: Settings, config: str, start: Path, out: Path) -> list[str]:
+    """A stage-2 run of ``configs/tiny/<config>`` from the student at ``start``, at the mode's steps and lengths."""
+    return _livethink("grpo", "--config", str(ROOT / "configs/tiny" / config), "--model_name_or_path", str(start),
+                      "--data_dir", str(s.data), "--output_dir", str(out), "--max_steps", str(s.grpo_steps),
+                      "--max_completion_length", str(s.grpo_max_completion), "--use_vllm", str(s.grpo_use_vllm).lower())
+
+
 STEPS: list[Step] = [
     Step(
         "data",
@@ -131,18 +147,20 @@ STEPS: list[Step] = [
     Step(
         "compress",
         lambda s: (s.compressed / "final" / "config.json").is_file(),
-        lambda s: _livethink("grpo", "--config", str(ROOT / "configs/tiny" / s.grpo_config),
-                             "--model_name_or_path", str(s.rft / "final"), "--data_dir", str(s.data),
-                             "--output_dir", str(s.compressed), "--max_steps", str(s.grpo_steps),
-                             "--max_completion_length", str(s.grpo_max_completion),
-                             "--use_vllm", str(s.grpo_use_vllm).lower(), "--budget_caps", s.budget_caps),
-        lambda s: f"{s.variant} student trained for the server's cut in {s.compressed / 'final'}",
+        lambda s: _grpo(s, s.grpo_config, s.rft / "final", s.compressed),
+        lambda s: f"{s.variant} student in {s.compressed / 'final'}",
+    ),
+    Step(
+        "budget",
+        lambda s: (s.served / "final" / "config.json").is_file(),
+        lambda s: _grpo(s, s.budget_config, s.compressed / "final", s.served),
+        lambda s: f"{s.variant} student trained for the server's cut in {s.served / 'final'}",
     ),
     Step(
         "eval",
         lambda s: (s.runs / "eval" / "eval.json").is_file(),
         lambda s: _livethink("eval", "--model", str(s.rft / "final"), "--name", "rft-student",
-                             "--model", str(s.compressed / "final"), "--name", f"{s.variant}-student",
+                             "--model", str(s.served / "final"), "--name", f"{s.variant}-student",
                              "--teacher", "scripted", *_rft_teacher_options(), "--data", str(s.data), "--split", "test",
                              "--limit", str(s.eval_limit), "--latency-probes", str(s.latency_probes),
                              "--engine", s.eval_engine, "--max-tokens", str(s.eval_max_tokens),
@@ -152,16 +170,16 @@ STEPS: list[Step] = [
     ),
     Step(
         "calibrate",
-        lambda s: all((m / "thinking_calibration.json").is_file() for m in (s.rft / "final", s.compressed / "final")),
+        lambda s: all((m / "thinking_calibration.json").is_file() for m in (s.rft / "final", s.served / "final")),
         lambda s: _livethink("eval", "--model", str(s.rft / "final"), "--name", "rft-student",
-                             "--model", str(s.compressed / "final"), "--name", f"{s.variant}-student",
+                             "--model", str(s.served / "final"), "--name", f"{s.variant}-student",
                              "--data", str(s.data), "--split", "validation", "--limit", str(s.calibration_limit),
                              "--thinking-caps", THINKING_CAPS, "--latency-probes", "0", "--engine", s.eval_engine,
                              "--max-tokens", str(s.eval_max_tokens), "--calculator",
                              "--out", str(s.runs / "eval_thinking_caps")),
         lambda s: "thinking floors (below them: a forced reply where the curve says one can be right): " + ", ".join(
             f"{m.parent.name}: {_read_json(m / 'thinking_calibration.json').get('min_thinking_tokens')}"
-            for m in (s.rft / "final", s.compressed / "final")),
+            for m in (s.rft / "final", s.served / "final")),
     ),
 ]
 
@@ -229,7 +247,7 @@ def serve_and_show(settings: Settings, env: dict[str, str], port: int, ui_port: 
     server = subprocess.Popen(
         _livethink("serve", "--config", str(ROOT / "configs/tiny/serve.yaml"), "--port", str(port),
                    "--set", f"models.rft.path={settings.rft / 'final'}",
-                   "--set", f"models.{settings.variant}={{path: {settings.compressed / 'final'}}}",
+                   "--set", f"models.{settings.variant}={{path: {settings.served / 'final'}}}",
                    "--set", f"experiment={{file: {experiment}, store: sqlite:///{store}}}"),
         cwd=ROOT, env=env, start_new_session=True)
     children = [server]

@@ -31,6 +31,23 @@ def test_quick_mode_evaluates_with_transformers_and_shorter_caps(tmp_path: Path)
     assert quick.runs != full.runs  # quick never overwrites (or reuses) the full run's artifacts
 
 
+def test_stage_2_runs_drpo_then_budget_forced_drpo_from_it_and_serves_the_second(tmp_path: Path) -> None:
+    names = [step.name for step in STEPS]
+    assert names.index("budget") == names.index("compress") + 1
+    for settings in (Settings.make(True, tmp_path), Settings.make(False, tmp_path)):
+        first, second = _step("compress").command(settings), _step("budget").command(settings)
+        assert _option(first, "--config").endswith("configs/tiny/grpo_drpo.yaml")
+        assert _option(first, "--model_name_or_path") == str(settings.rft / "final")
+        assert _option(second, "--config").endswith("configs/tiny/grpo_drpo_then_budget64.yaml")
+        assert _option(second, "--model_name_or_path") == str(settings.compressed / "final")
+        assert _option(second, "--output_dir") == str(settings.served) != str(settings.compressed)
+        assert "--budget_caps" not in second  # the config's caps around 64 tokens fit either mode's completions
+        assert _option(second, "--max_steps") == _option(first, "--max_steps")
+        evaluated = _step("eval").command(settings)
+        assert [evaluated[i + 1] for i, a in enumerate(evaluated) if a == "--model"] == [
+            str(settings.rft / "final"), str(settings.served / "final")]
+
+
 def test_quick_steps_run_torch_on_one_thread_unless_the_caller_says_otherwise(tmp_path: Path) -> None:
     quick, full = Settings.make(True, tmp_path), Settings.make(False, tmp_path)
     assert step_env(quick, {"PATH": "/bin"}) == {"PATH": "/bin", "OMP_NUM_THREADS": "1"}
@@ -73,7 +90,7 @@ def test_calibrate_step_saves_each_students_thinking_floor_from_validation(tmp_p
     assert _option(command, "--split") == "validation"  # never the test split the eval reports on
     assert _option(command, "--thinking-caps").split(",")[0] == "0"
     models = [command[i + 1] for i, arg in enumerate(command) if arg == "--model"]
-    assert models == [str(settings.rft / "final"), str(settings.compressed / "final")]
+    assert models == [str(settings.rft / "final"), str(settings.served / "final")]
     assert "--calibration-out" not in command  # each calibration is saved beside its student, where serving looks
     assert not _step("calibrate").done(settings)
     for model in models:

@@ -62,7 +62,7 @@ def test_a_table_is_rewritten_from_its_json_and_a_stale_one_is_named(tmp_path):
     assert fresh == ("intro\n<!-- budget_training -->\n"
                      "| model | cap 0 | cap 64 | uncapped | tokens | floor |\n|---|---:|---:|---:|---:|---:|\n"
                      "| RFT student | 10.0 | 25.0 | 44.0 | 249 | 192 |\n"
-                     "| DRPO trained for the cut | 40.0 [30.0, 50.0] | 40.0 [30.0, 50.0] | 40.0 [30.0, 50.0] | 130 | 64, 96 |\n"
+                     "| DRPO trained for the cut, one run | 40.0 [30.0, 50.0] | 40.0 [30.0, 50.0] | 40.0 [30.0, 50.0] | 130 | 64, 96 |\n"
                      "<!-- /budget_training -->\nend\n")
     assert tables.stale_tables(fresh, tmp_path) == []
 
