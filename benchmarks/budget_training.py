@@ -52,6 +52,10 @@ METHODS: dict[str, Method] = {
                                     after="drpo"),
     "drpo_then_budget64_all_cut": Method("configs/tiny/grpo_drpo_then_budget64.yaml", ("--budget_uncapped_share", "0"),
                                          after="drpo"),
+    # DRPO's length weight softmax((1 − L/C)/λ) with C = 128 instead of the completion cap: a steeper preference for
+    # the shorter of the correct-and-helpful replies
+    "drpo_then_budget64_c128": Method("configs/tiny/grpo_drpo_then_budget64.yaml", ("--drpo_max_len", "128"),
+                                      after="drpo"),
 }
 BUDGET_METHOD = "drpo_then_budget64"  # the shipped budget-trained student, make demo's treatment arm (``targets``)
 # every method trained for the cut (``targets_by_method``): its config turns on budget-forced rollouts
