@@ -135,7 +135,7 @@ def budget_training_summary(report: Report) -> list[str]:
     targets."""
     rft = report["rft"]
     by = {row["method"]: row for row in report["methods"]}
-    shipped = report["meta"].get("shipped_method", "drpo_budget")
+    shipped = report["meta"]["shipped_method"]
     cut, plain = by[shipped], by["drpo"]
     at64 = rft["caps"].index(64)
     targets = list(report["targets"].values())
