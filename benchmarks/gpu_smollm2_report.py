@@ -77,11 +77,15 @@ def stage1(runs: Path) -> dict[str, Any] | None:
 
 
 def stage2(runs: Path) -> dict[str, Any] | None:
+    """Stage 2's logged steps; ``finished`` is False where the run stopped (its time limit) before saving."""
     summary = read_json(runs / "grpo_drpo_budget64/grpo_summary.json")
-    if not summary:
-        return None
     rows = read_jsonl(runs / "grpo_drpo_budget64/metrics.jsonl")
-    return {"steps": summary["global_step"], "train_runtime_s": summary["train_runtime_s"], "wall_s": summary["wall_s"],
+    if not summary and not rows:
+        return None
+    return {"finished": bool(summary), "steps": summary["global_step"] if summary else len(rows),
+            "train_runtime_s": summary["train_runtime_s"] if summary else None,
+            "wall_s": summary["wall_s"] if summary else None,
+            "step_time_s": [r.get("step_time") for r in rows],
             "mean_length": [r.get("completions/mean_length") for r in rows],
             "accuracy": [r.get("accuracy") for r in rows], "reward": [r.get("reward") for r in rows]}
 
@@ -110,8 +114,10 @@ def serving(out_dir: Path) -> dict[str, Any] | None:
     sweep = report["deadline_sweep"]
     rows = [{k: r[k] for k in ("model", "load", "deadline_ms", "sent", "good", "goodput", "goodput_ci95", "fallback",
                                "refused", "late", "client_ms")} for r in sweep["rows"] if r["server"] == "livethink"]
+    engines = {name: {k: c.get(k) for k in ("capacity", "observations", "estimated_tpot_ms", "estimated_tpot_hi_ms")}
+               for name, c in (report.get("deployment") or {}).get("controller", {}).items()}
     return {"load_rate": sweep["load_rate"], "rows": rows, "command": report["command"],
-            "environment": report["environment"]}
+            "environment": report["environment"], "engines": engines}
 
 
 def pct(x: float | None) -> str:
@@ -137,8 +143,13 @@ def markdown(report: dict[str, Any]) -> str:
     if s := report.get("stage2"):
         lengths = ", ".join("–" if x is None else f"{x:.0f}" for x in s["mean_length"])
         accuracy = ", ".join("–" if x is None else f"{x:.2f}" for x in s["accuracy"])
-        lines += ["", "## Stage 2: DRPO with budget-forced rollouts (caps 48/64/96, a quarter uncut), LoRA", "",
-                  f"- {s['steps']} steps, {s['train_runtime_s']} s of training ({s['wall_s']} s with loading)",
+        seconds = ", ".join("–" if x is None else f"{x:.1f}" for x in s.get("step_time_s", []))
+        done = (f"- {s['steps']} steps, {s['train_runtime_s']} s of training ({s['wall_s']} s with loading)"
+                if s.get("finished", True) else
+                f"- **stopped at its time limit after {s['steps']} logged steps, before a checkpoint was saved**: "
+                "no budget-trained student to evaluate or serve")
+        lines += ["", "## Stage 2: DRPO with budget-forced rollouts (caps 48/64/96, a quarter uncut), LoRA", "", done,
+                  f"- seconds per step: {seconds}" if seconds else "- seconds per step: –",
                   f"- rollout mean length per step (tokens): {lengths}", f"- rollout accuracy per step: {accuracy}"]
     if c := report.get("curves"):
         caps = sorted({cap for v in c.values() for cap in v["caps"]})
@@ -151,9 +162,12 @@ def markdown(report: dict[str, Any]) -> str:
                          f" | {pct(v['correct'])} | {pct(v['helpful'])} | {v['total_tokens']:.1f} | {v['floor']} | "
                          f"{v['e2e_ms_p50']} |")
     if v := report.get("serving"):
+        engines = [f"Engine `{name}` as its controller measured it: capacity {e['capacity']}, "
+                   f"{e['estimated_tpot_ms']} ms per token (tail {e['estimated_tpot_hi_ms']} ms) after "
+                   f"{e['observations']} observations." for name, e in (v.get("engines") or {}).items()]
         lines += ["", "## Goodput against the deadline through the server (transformers engine on the GPU)", "",
                   f"`{v['command']}`; loaded: Poisson arrivals at {v['load_rate']} req/s. Full report: "
-                  "`serve_load_gpu_smollm2.md`.", "",
+                  "`serve_load_gpu_smollm2.md`.", "", *engines, *([""] if engines else []),
                   "| student | load | deadline ms | sent | goodput % [95% CI] | fallback | 429 | late | client p50 / p95 ms |",
                   "|---|---|---:|---:|---|---:|---:|---:|---|"]
         for r in v["rows"]:
