@@ -56,6 +56,10 @@ METHODS: dict[str, Method] = {
     # the shorter of the correct-and-helpful replies
     "drpo_then_budget64_c128": Method("configs/tiny/grpo_drpo_then_budget64.yaml", ("--drpo_max_len", "128"),
                                       after="drpo"),
+    # 8 completions of 4 prompts per step instead of 4 of 8 (the same compute): fewer groups whose rewards are all
+    # equal, so more of each step carries a signal
+    "drpo_then_budget64_g8": Method("configs/tiny/grpo_drpo_then_budget64.yaml", ("--num_generations", "8"),
+                                    after="drpo"),
 }
 BUDGET_METHOD = "drpo_then_budget64"  # the shipped budget-trained student, make demo's treatment arm (``targets``)
 # every method trained for the cut (``targets_by_method``): its config turns on budget-forced rollouts
