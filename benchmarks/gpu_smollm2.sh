@@ -21,9 +21,9 @@
 # Each stage logs to $RUNS/logs/<stage>.log and appends {stage, wall_s, rc, command} to $RUNS/times.jsonl; a stage
 # stopped at its timeout gets rc 124, and the later stages run on what exists.
 # Measured on one H200 (benchmarks/results/gpu_smollm2.md): setup 46 s; RFT 110 steps 80 s (2.9 steps/s); stage 2
-# about 20 s per step (transformers rollouts); a cap-curve eval about 115 s whatever EVAL_N up to 200 (7 caps times the
-# longest completion at ~45 ms per token: the transformers decode loop is launch-bound on a GPU); serve 88 s. The
-# defaults fit one 10-minute call.
+# about 20 s per step (transformers rollouts); the cap-curve eval of 100 tasks 115 s, of which its two one-at-a-time
+# latency probes took 17 s each (~45 ms per token: the transformers decode loop is launch-bound on a GPU); serve 88 s.
+# The defaults fit one 10-minute call.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
