@@ -143,13 +143,13 @@ def markdown(report: dict[str, Any]) -> str:
     if s := report.get("stage2"):
         lengths = ", ".join("–" if x is None else f"{x:.0f}" for x in s["mean_length"])
         accuracy = ", ".join("–" if x is None else f"{x:.2f}" for x in s["accuracy"])
-        seconds = ", ".join("–" if x is None else f"{x:.1f}" for x in s.get("step_time_s", []))
+        seconds = ", ".join("–" if x is None else f"{x:.1f}" for x in s["step_time_s"])
         done = (f"- {s['steps']} steps, {s['train_runtime_s']} s of training ({s['wall_s']} s with loading)"
-                if s.get("finished", True) else
+                if s["finished"] else
                 f"- **stopped at its time limit after {s['steps']} logged steps, before a checkpoint was saved**: "
                 "no budget-trained student to evaluate or serve")
         lines += ["", "## Stage 2: DRPO with budget-forced rollouts (caps 48/64/96, a quarter uncut), LoRA", "", done,
-                  f"- seconds per step: {seconds}" if seconds else "- seconds per step: –",
+                  f"- seconds per step: {seconds or '–'}",
                   f"- rollout mean length per step (tokens): {lengths}", f"- rollout accuracy per step: {accuracy}"]
     if c := report.get("curves"):
         caps = sorted({cap for v in c.values() for cap in v["caps"]})
@@ -164,7 +164,7 @@ def markdown(report: dict[str, Any]) -> str:
     if v := report.get("serving"):
         engines = [f"Engine `{name}` as its controller measured it: capacity {e['capacity']}, "
                    f"{e['estimated_tpot_ms']} ms per token (tail {e['estimated_tpot_hi_ms']} ms) after "
-                   f"{e['observations']} observations." for name, e in (v.get("engines") or {}).items()]
+                   f"{e['observations']} observations." for name, e in v["engines"].items()]
         lines += ["", "## Goodput against the deadline through the server (transformers engine on the GPU)", "",
                   f"`{v['command']}`; loaded: Poisson arrivals at {v['load_rate']} req/s. Full report: "
                   "`serve_load_gpu_smollm2.md`.", "", *engines, *([""] if engines else []),

@@ -9,6 +9,10 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 OUT = ROOT / "benchmarks/results"
+# under a runs folder (runs/tiny): make demo's two arms, the RFT student and the one trained for the cut that it
+# serves (livethink.demo_job's Settings.rft and Settings.served)
+RFT_STUDENT = "rft/final"
+SERVED_STUDENT = "grpo/drpo_then_budget64/final"
 ENV = {"HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
 
 

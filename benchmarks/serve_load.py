@@ -74,7 +74,7 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-from serve_common import OUT, ROOT, untrained_student
+from serve_common import OUT, RFT_STUDENT, ROOT, SERVED_STUDENT, untrained_student
 from serve_load_client import Client, livethink_server, one_at_a_time, open_loop, vllm_server
 from serve_load_report import (
     by_arm,
@@ -97,8 +97,8 @@ def parse_models(items: list[str], runs: Path, rft: Path | None, drpo: Path | No
                  notes: list[str]) -> dict[str, Path]:
     """``NAME=PATH`` items, in order; without any, rft and (where trained) drpo under ``runs``."""
     if not items:
-        models = {"rft": rft or runs / "rft/final"}
-        drpo = drpo or runs / "grpo/drpo_then_budget64/final"
+        models = {"rft": rft or runs / RFT_STUDENT}
+        drpo = drpo or runs / SERVED_STUDENT
         if (drpo / "config.json").is_file():
             models["drpo"] = drpo
         else:
@@ -160,11 +160,11 @@ def sweep_deployment_loaded(url: str, tasks: list, deadlines: list[int], names: 
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=Path, default=ROOT / "runs/tiny", help="where rft/final and grpo/drpo_then_budget64/final are")
+    p.add_argument("--runs", type=Path, default=ROOT / "runs/tiny", help=f"where {RFT_STUDENT} and {SERVED_STUDENT} are")
     p.add_argument("--model", action="append", default=[], metavar="NAME=PATH",
                    help="a model to serve (repeatable; default: rft and drpo under RUNS)")
-    p.add_argument("--rft", type=Path, help="RFT student without --model (default: RUNS/rft/final)")
-    p.add_argument("--drpo", type=Path, help="compressed student without --model (default: RUNS/grpo/drpo_then_budget64/final)")
+    p.add_argument("--rft", type=Path, help=f"RFT student without --model (default: RUNS/{RFT_STUDENT})")
+    p.add_argument("--drpo", type=Path, help=f"compressed student without --model (default: RUNS/{SERVED_STUDENT})")
     p.add_argument("--data", type=Path, default=ROOT / "artifacts/tiny/data")
     p.add_argument("--split", default="validation", choices=["validation", "test"])
     p.add_argument("--rates", help=f"default {FULL['rates']} (--quick: {QUICK['rates']})")

@@ -37,7 +37,7 @@ from typing import Any
 
 import httpx
 import numpy as np
-from serve_common import OUT, ROOT, pct
+from serve_common import OUT, RFT_STUDENT, ROOT, SERVED_STUDENT, pct
 from serve_load_client import live_body, livethink_server
 from serve_recovery_report import write_report
 
@@ -216,7 +216,7 @@ async def forced_replies(url: str, tasks: list, arms: dict[str, int | None], dea
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--runs", type=Path, default=ROOT / "runs/tiny", help="where rft/final and grpo/drpo_then_budget64/final are")
+    p.add_argument("--runs", type=Path, default=ROOT / "runs/tiny", help=f"where {RFT_STUDENT} and {SERVED_STUDENT} are")
     p.add_argument("--data", type=Path, default=ROOT / "artifacts/tiny/data")
     p.add_argument("--sustain-s", type=float, default=20.0)
     p.add_argument("--sustain-viewers", type=int, default=8, help="closed-loop viewers measuring capacity")
@@ -238,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     skip = set(filter(None, args.skip.split(",")))
     t_start = time.monotonic()
     load_before = [round(x, 2) for x in os.getloadavg()]
-    rft, drpo = args.runs / "rft/final", args.runs / "grpo/drpo_then_budget64/final"
+    rft, drpo = args.runs / RFT_STUDENT, args.runs / SERVED_STUDENT
     for path in (rft, drpo):
         if not (path / "config.json").is_file():
             p.error(f"--runs {args.runs}: {path} is not a model directory (run `make demo` first)")

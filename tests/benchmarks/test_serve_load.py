@@ -179,3 +179,12 @@ def test_a_request_without_an_answer_keeps_the_arm_its_viewer_hashes_to():
     o = asyncio.run(one())
     assert (o.status, o.arm) == (0, arm_of(viewers[0]))
     assert client.viewer_outcome(o, 1000).status is None  # no answer, for the goodput definition
+
+
+def test_the_benchmarks_serve_the_students_make_demo_serves():
+    from serve_common import RFT_STUDENT, SERVED_STUDENT
+
+    from livethink.demo_job import Settings
+
+    s = Settings.make(False, Path("/workdir"))
+    assert (s.runs / RFT_STUDENT, s.runs / SERVED_STUDENT) == (s.rft / "final", s.served / "final")
