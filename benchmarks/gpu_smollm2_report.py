@@ -167,7 +167,9 @@ def markdown(report: dict[str, Any]) -> str:
                    f"{e['observations']} observations." for name, e in v["engines"].items()]
         lines += ["", "## Goodput against the deadline through the server (transformers engine on the GPU)", "",
                   f"`{v['command']}`; loaded: Poisson arrivals at {v['load_rate']} req/s. Full report: "
-                  "`serve_load_gpu_smollm2.md`.", "", *engines, *([""] if engines else []),
+                  "`serve_load_gpu_smollm2.md`." + ("" if any(t["stage"] == "serve" for t in report["stages"]) else
+                  " These figures are from an earlier run of the `serve` stage, on that run's RFT student: the "
+                  "stages above did not include it."), "", *engines, *([""] if engines else []),
                   "| student | load | deadline ms | sent | goodput % [95% CI] | fallback | 429 | late | client p50 / p95 ms |",
                   "|---|---|---:|---:|---|---:|---:|---:|---|"]
         for r in v["rows"]:
