@@ -56,6 +56,8 @@ def dry_run(cfg) -> dict[str, Any]:
                                      "total_params": counts.total, "active_params": counts.active}
             if not info.has_tokenizer:
                 problems.append(f"{model}: no tokenizer files")
+            elif cfg.budget_forcing:
+                problems += thinking_problems(model)
         except CheckpointError as exc:
             problems.append(str(exc))
         from livethink.length_rl.vllm_sync import check_cpu_colocate
@@ -74,6 +76,18 @@ def dry_run(cfg) -> dict[str, Any]:
     report["problems"], report["notes"] = problems, notes
     report["ok"] = not problems
     return report
+
+
+def thinking_problems(model: Path) -> list[str]:
+    """Budget forcing cuts thinking: a student whose checkpoint does not think cannot be trained with it."""
+    from livethink.data.reasoning_format import resolve
+    from livethink.models.loading import load_tokenizer_for
+
+    fmt, why = resolve("auto", load_tokenizer_for(model), model)
+    if fmt.thinks:
+        return []
+    return [f"budget_forcing: {model} does not think (reasoning format {fmt.describe()}: {why}); budget forcing "
+            "cuts thinking, so train a thinking student (stage 1's output) or set budget_forcing: false"]
 
 
 def parse_config(argv: list[str], config: dict[str, Any]):

@@ -184,3 +184,18 @@ def test_grpo_rejects_lora_with_trainable_parameters():
     with pytest.raises(ValueError, match=r"trainable_parameters \['@head'\] and use_peft exclude each other"):
         GRPOVariantConfig(output_dir="x", use_peft=True, trainable_parameters=["@head"], use_cpu=True, bf16=False,
                           per_device_train_batch_size=4, num_generations=4)
+
+
+def test_budget_forcing_refuses_a_student_that_does_not_think(smollm2_dir, tmp_path, capsys):
+    """Off-the-shelf SmolLM2 has no reasoning delimiters: a budget-forcing run names the field and exits 2 before
+    loading weights, without a traceback (stage 1's output thinks)."""
+    from livethink.length_rl.cli import main
+
+    argv = ["--config", str(ROOT / "configs/tiny/grpo_drpo_budget64.yaml"), "--model_name_or_path", str(smollm2_dir),
+            "--output_dir", str(tmp_path / "grpo"), "--use_vllm", "false", "--calculator", "false"]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("livethink grpo: invalid config: budget_forcing: ") and "does not think" in err
+    assert "Traceback" not in err and not (tmp_path / "grpo").exists()
+    assert main([*argv, "--dry-run"]) == 1
+    assert "does not think" in json.loads(capsys.readouterr().out)["problems"][0]
