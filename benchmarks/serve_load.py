@@ -251,15 +251,19 @@ def main(argv: list[str] | None = None) -> int:
             sweep_rows += sweep_deployment_unloaded(server.url, tasks, deadlines, names, experiment, n_sweep)
         load = []
         for i, rate in enumerate(rates):
-            outs, wall = asyncio.run(open_loop(c, tasks, rate, args.duration, args.seed + i, "load", models=route))
-            row = {"rate": rate, "all": summarize(outs, dl, wall), "arms": by_arm(outs, dl, wall)}
+            stats: dict[str, Any] = {}
+            outs, wall = asyncio.run(open_loop(c, tasks, rate, args.duration, args.seed + i, "load", models=route,
+                                               stats=stats))
+            row = {"rate": rate, "all": summarize(outs, dl, wall) | stats, "arms": by_arm(outs, dl, wall)}
             load.append(row)
             print(json.dumps({"rate": rate, **row["all"]}), flush=True)
         sustainable = sustainable_rates(load, unloaded, dl)
         lat_all = [r["rate"] for r in load if meets_latency(r["all"], dl)]
         over_rate = 3 * (max(lat_all) if lat_all else min(rates))
-        outs, wall = asyncio.run(open_loop(c, tasks, over_rate, args.duration, args.seed + 99, "over", models=route))
-        load.append({"rate": over_rate, "overload": True, "all": summarize(outs, dl, wall),
+        stats = {}
+        outs, wall = asyncio.run(open_loop(c, tasks, over_rate, args.duration, args.seed + 99, "over", models=route,
+                                           stats=stats))
+        load.append({"rate": over_rate, "overload": True, "all": summarize(outs, dl, wall) | stats,
                      "arms": by_arm(outs, dl, wall)})
         print(json.dumps({"rate": over_rate, "overload": True, **load[-1]["all"]}), flush=True)
         dep["load"], dep["sustainable"] = load, sustainable
@@ -281,12 +285,16 @@ def main(argv: list[str] | None = None) -> int:
         server = livethink_server([f"models.rft.path={student}", *args.set], workdir, "cold")
         try:
             c = Client(server.url, "livethink", dl)
-            cold, wall_c = asyncio.run(open_loop(c, tasks, cold_rate, args.duration, args.seed + 7, "cold"))
-            warm, wall_w = asyncio.run(open_loop(c, tasks, cold_rate, args.duration, args.seed + 8, "warm"))
+            stats_c: dict[str, Any] = {}
+            stats_w: dict[str, Any] = {}
+            cold, wall_c = asyncio.run(open_loop(c, tasks, cold_rate, args.duration, args.seed + 7, "cold",
+                                                 stats=stats_c))
+            warm, wall_w = asyncio.run(open_loop(c, tasks, cold_rate, args.duration, args.seed + 8, "warm",
+                                                 stats=stats_w))
         finally:
             server.close()
         result["cold"] = {"rate": cold_rate, "startup_s": round(server.startup_s, 1),
-                          "cold": summarize(cold, dl, wall_c), "warm": summarize(warm, dl, wall_w)}
+                          "cold": summarize(cold, dl, wall_c) | stats_c, "warm": summarize(warm, dl, wall_w) | stats_w}
 
     # 3. plain vLLM, same model and token cap (and 4., its replies at each deadline)
     if not args.skip_vllm:

@@ -4,6 +4,7 @@ and judges its reply, and open-loop (Poisson) and one-at-a-time load."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 import os
 import sys
@@ -134,10 +135,60 @@ class Client:
         return outs
 
 
+class GcPauses:
+    """The client's own garbage-collection pauses while a phase runs: its clock would count them as the server's
+    latency. Inside the block the cyclic collector is off (as ``timeit`` does), so a load phase never pauses for
+    it: a collection of this process's heap (torch and transformers are imported by then) takes up to 300 ms.
+    What runs anyway (an explicit ``gc.collect()``) is still counted. The collector is back on, and collects,
+    after the block."""
+
+    def __init__(self) -> None:
+        self.count, self.max_ms, self.total_ms, self._start = 0, 0.0, 0.0, 0.0
+        self._was_enabled = True
+
+    def _callback(self, phase: str, info: dict) -> None:
+        if phase == "start":
+            self._start = time.perf_counter()
+            return
+        ms = (time.perf_counter() - self._start) * 1000
+        self.count, self.total_ms, self.max_ms = self.count + 1, self.total_ms + ms, max(self.max_ms, ms)
+
+    def __enter__(self) -> GcPauses:
+        self._was_enabled = gc.isenabled()
+        gc.disable()
+        gc.callbacks.append(self._callback)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        gc.callbacks.remove(self._callback)
+        if self._was_enabled:
+            gc.enable()
+            gc.collect()
+
+    def summary(self) -> dict[str, float]:
+        return {"collections": self.count, "max_ms": round(self.max_ms, 1), "total_ms": round(self.total_ms, 1)}
+
+
+def server_deadline_counts(url: str) -> tuple[float, float]:
+    """The server's own count of answered requests and of those within their deadline, by its last-byte clock
+    (``livethink_deadline_total`` / ``livethink_deadline_met_total``, summed over labels)."""
+    total = met = 0.0
+    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+        name, _, value = line.partition(" ")
+        if name.startswith("livethink_deadline_total{"):
+            total += float(value)
+        elif name.startswith("livethink_deadline_met_total{"):
+            met += float(value)
+    return total, met
+
+
 async def open_loop(c: Client, tasks: list, rate: float, duration_s: float, seed: int, tag: str,
-                    max_requests: int = 2000, models: list[str] | None = None) -> tuple[list[Outcome], float]:
+                    max_requests: int = 2000, models: list[str] | None = None,
+                    stats: dict[str, Any] | None = None) -> tuple[list[Outcome], float]:
     """Poisson arrivals for ``duration_s`` (at most ``max_requests``; ``math.inf`` for exactly that many): request
-    i leaves at its time whatever happened to the others. ``models``: request i names ``models[i % len]``."""
+    i leaves at its time whatever happened to the others. ``models``: request i names ``models[i % len]``.
+    ``stats`` (livethink servers) gets the client's GC pauses and the server's own late count by its last-byte
+    clock during the phase, to tell a late delivery from a late reply."""
     rng = np.random.default_rng(seed)
     arrivals = np.cumsum(rng.exponential(1.0 / rate, size=max_requests))
     arrivals = arrivals[arrivals < duration_s]
@@ -150,14 +201,22 @@ async def open_loop(c: Client, tasks: list, rate: float, duration_s: float, seed
             model = models[i % len(models)] if models else None
             return await c.one(client, tasks[i % len(tasks)], f"{tag}-{seed}-{i}", model=model)
 
+        before = server_deadline_counts(c.url) if stats is not None else None
         t0 = time.monotonic()
-        outs = await asyncio.gather(*(at(i, float(w), t0) for i, w in enumerate(arrivals)))
+        with GcPauses() as pauses:
+            outs = await asyncio.gather(*(at(i, float(w), t0) for i, w in enumerate(arrivals)))
         wall = time.monotonic() - t0
+        if before is not None:
+            await asyncio.sleep(0.5)  # the last replies' accounting runs after their last byte
+            total, met = server_deadline_counts(c.url)
+            stats.update(client_gc=pauses.summary(), server_answered=int(total - before[0]),
+                         server_late_last_byte=int((total - met) - (before[0] - before[1])))
     return c.judge_all(list(outs)), wall
 
 
 async def one_at_a_time(c: Client, tasks: list, arm: str | None, tag: str, model: str | None = None) -> list[Outcome]:
     async with httpx.AsyncClient(base_url=c.url, timeout=c.deadline_ms / 1000 + 10) as client:
         await client.get("/health")
-        outs = [await c.one(client, t, f"{tag}-{i}", arm, model) for i, t in enumerate(tasks)]
+        with GcPauses():
+            outs = [await c.one(client, t, f"{tag}-{i}", arm, model) for i, t in enumerate(tasks)]
     return c.judge_all(outs)

@@ -4,6 +4,7 @@ the target verdicts, the Markdown and the plot."""
 from __future__ import annotations
 
 import json
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -32,6 +33,7 @@ def summarize(outs: list[Outcome], deadline_ms: int, wall_s: float | None = None
         "errors": sum(o.status not in (0, 200, 429) for o in outs),
         "fallback": sum(o.fallback for o in ok),
         "fallback_below_min_thinking": sum(o.fallback_reason == "below_min_thinking" for o in ok),
+        "fallback_reasons": dict(Counter(o.fallback_reason or "unknown" for o in ok if o.fallback)),
         "forced_end_of_thinking": sum(o.forced for o in ok),
         "client_ms": {"p50": pct(client, 50), "p99": pct(client, 99), "max": pct(client, 100)},
         "server_ms": {"p50": pct([o.server_ms for o in ok if o.server_ms is not None], 50),
@@ -212,6 +214,14 @@ def latency_verdict(s: dict[str, Any], deadline_ms: int) -> str:
             f"({100 * (s['within_deadline_of_accepted'] or 0):.2f}% within, p99 {s['client_ms']['p99']} ms)")
 
 
+def delivery_note(s: dict[str, Any]) -> str:
+    """Where a late reply's time went: the server's own late count by its last-byte clock, and the client's GC."""
+    if "server_late_last_byte" not in s:
+        return ""
+    return (f"; late by the server's own last-byte clock: {s['server_late_last_byte']} of {s['server_answered']}, "
+            f"client GC pauses max {s['client_gc']['max_ms']} ms")
+
+
 def target_lines(result: dict[str, Any]) -> list[str]:
     """The report's target verdicts, from the measured figures in ``result``."""
     dl, lines = result["deadline_ms"], []
@@ -222,7 +232,7 @@ def target_lines(result: dict[str, Any]) -> list[str]:
                        else f"{'MET' if gap <= 50 else 'NOT MET'} (max gap {gap} ms)")
         lines.append(f"{r['rate']} req/s{' (3×)' if r.get('overload') else ''}: ≥ 99.9% within {dl} ms and p99 ≤ "
                      f"{dl + 100} ms: {latency_verdict(s, dl)}; server figure within 50 ms of the client's: "
-                     f"{gap_verdict}; hangs {s['hangs_or_transport_errors']}")
+                     f"{gap_verdict}; hangs {s['hangs_or_transport_errors']}{delivery_note(s)}")
     for arm, v in dep.get("sustainable", {}).items():
         lines.append(f"{arm}: sustainable rate with goodput ≥ 90% of unloaded ({100 * v['unloaded_goodput']:.1f}%): "
                      f"{v['rate'] if v['rate'] is not None else 'none of the tested rates'} "
@@ -231,7 +241,7 @@ def target_lines(result: dict[str, Any]) -> list[str]:
     for tag in ("cold", "warm") if cold else ():
         s = cold[tag]
         lines.append(f"{tag} never-stopping student at {cold['rate']} req/s: {latency_verdict(s, dl)}, "
-                     f"{s['rejected_429']} of {s['requests']} refused")
+                     f"{s['rejected_429']} of {s['requests']} refused{delivery_note(s)}")
     return lines
 
 

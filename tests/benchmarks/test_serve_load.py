@@ -188,3 +188,21 @@ def test_the_benchmarks_serve_the_students_make_demo_serves():
 
     s = Settings.make(False, Path("/workdir"))
     assert (s.runs / RFT_STUDENT, s.runs / SERVED_STUDENT) == (s.rft / "final", s.served / "final")
+
+
+def test_the_load_client_does_not_pause_for_garbage_collection_during_a_phase():
+    """The client's clock is the viewer's: a collection of the benchmark's own heap (up to 300 ms once torch is
+    imported) would count as server latency. Inside a phase the collector is off; an explicit one is still counted,
+    and the delivery note reports it beside the server's own last-byte count."""
+    import gc
+
+    assert gc.isenabled()
+    with client.GcPauses() as pauses:
+        assert not gc.isenabled()
+        gc.collect()
+    assert gc.isenabled()
+    s = pauses.summary()
+    assert s["collections"] == 1 and s["max_ms"] == s["total_ms"] >= 0
+    note = report.delivery_note({"server_late_last_byte": 0, "server_answered": 277, "client_gc": {"max_ms": 296.7}})
+    assert note == "; late by the server's own last-byte clock: 0 of 277, client GC pauses max 296.7 ms"
+    assert report.delivery_note({"requests": 3}) == ""
