@@ -183,7 +183,7 @@ def serve_summary(load: Report, recovery: Report) -> list[str]:
     burst, idle = recovery["burst"], recovery["idle_decode"]
     forced = recovery["forced"]["rft"]["forced_deadline_used"]
     errors = " / ".join(f"{_num(100 * v['relative_error'], 0, sign=True)}%" for v in idle.values())
-    return [f"At {load['deadline_ms']:,} ms, {_pct(within, 0)} of accepted replies met the deadline (client's clock) at "
+    return [f"At {load['deadline_ms']:,} ms, {_pct(within, 0 if within == 1 else 2)} of accepted replies met the deadline (client's clock) at "
             f"{rates[0]:g}–{rates[-1]:g} req/s ({top['rate'] / latency_rate:g}× the latency-sustainable {latency_rate:g}), "
             f"{refused} refused, server timing within {gap:.0f} ms of the client's; goodput at {top['rate']:g} req/s: "
             f"{_pct(top['all']['goodput_share'])}. After a {burst['burst_s']:.0f} s burst at "
