@@ -169,11 +169,11 @@ class GcPauses:
         return {"collections": self.count, "max_ms": round(self.max_ms, 1), "total_ms": round(self.total_ms, 1)}
 
 
-def server_deadline_counts(url: str) -> tuple[float, float]:
+async def server_deadline_counts(client: httpx.AsyncClient) -> tuple[float, float]:
     """The server's own count of answered requests and of those within their deadline, by its last-byte clock
     (``livethink_deadline_total`` / ``livethink_deadline_met_total``, summed over labels)."""
     total = met = 0.0
-    for line in httpx.get(f"{url}/metrics", timeout=10).text.splitlines():
+    for line in (await client.get("/metrics")).text.splitlines():
         name, _, value = line.partition(" ")
         if name.startswith("livethink_deadline_total{"):
             total += float(value)
@@ -201,14 +201,14 @@ async def open_loop(c: Client, tasks: list, rate: float, duration_s: float, seed
             model = models[i % len(models)] if models else None
             return await c.one(client, tasks[i % len(tasks)], f"{tag}-{seed}-{i}", model=model)
 
-        before = server_deadline_counts(c.url) if stats is not None else None
+        before = await server_deadline_counts(client) if stats is not None else None
         t0 = time.monotonic()
         with GcPauses() as pauses:
             outs = await asyncio.gather(*(at(i, float(w), t0) for i, w in enumerate(arrivals)))
         wall = time.monotonic() - t0
         if before is not None:
             await asyncio.sleep(0.5)  # the last replies' accounting runs after their last byte
-            total, met = server_deadline_counts(c.url)
+            total, met = await server_deadline_counts(client)
             stats.update(client_gc=pauses.summary(), server_answered=int(total - before[0]),
                          server_late_last_byte=int((total - met) - (before[0] - before[1])))
     return c.judge_all(list(outs)), wall
