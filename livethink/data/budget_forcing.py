@@ -6,7 +6,9 @@ thinking counts the tokens after the reasoning start delimiter, whether the prom
 and the block is still open, the format's forced end (``ReasoningFormat.forced_end``, e.g. ``\\n</think>\\n\\n``)
 follows, token for token, and the reply gets at most ``reply_reserve`` tokens after it. This is where vLLM's native
 ``thinking_token_budget`` puts it too (pre-filled tokens after the start count). A completion whose thinking closes
-before the cap is unchanged.
+before the cap is unchanged. Once thinking is open, the model may not open it again (``banned_token``): forced after a
+token or two, small students start a new think block at once, and a reply inside one is not a reply the server can
+speak.
 
 Delimiters are token-id sequences (``ForcingTokens.of``); the functions are pure and replayable, so the tokens a
 rollout was forced to write can be found afterwards and left out of the loss.
@@ -95,6 +97,20 @@ def thinking_opened(prompt_ids: Sequence[int], output_ids: Sequence[int], tokens
         return 0, len(prompt_ids) - at - len(tokens.start)
     at = find(output_ids, tokens.start)
     return None if at < 0 else (at + len(tokens.start), 0)
+
+
+def banned_token(prompt_ids: Sequence[int], output_ids: Sequence[int], tokens: ForcingTokens) -> int | None:
+    """The token the model may not write next, or None: once thinking is open (pre-filled or written), the last
+    token of the start delimiter wherever the tokens before it would complete one (a single-token start: always).
+    The same ban as vLLM's ``SamplingParams.bad_words`` and transformers' ``bad_words_ids`` for that sequence."""
+    if thinking_opened(prompt_ids, output_ids, tokens) is None:
+        return None
+    head = len(tokens.start) - 1
+    if head:
+        tail = [*prompt_ids[-head:], *output_ids][-head:]
+        if tail != list(tokens.start[:-1]):
+            return None
+    return tokens.start[-1]
 
 
 def cut_index(prompt_ids: Sequence[int], output_ids: Sequence[int], cap: int, tokens: ForcingTokens) -> int | None:

@@ -7,6 +7,8 @@ Prompts are rendered as the server renders them (``livethink.data.prompt.render_
 thinks they end inside the reasoning, and a completion is that opening plus the generated text. Generations keep
 their prompt and generated token ids, and ``continue_from`` generates from token ids as they are (no
 re-tokenization): the thinking-cap curve continues a cut completion with them (``harness.thinking_curve_eval``).
+For a model that thinks every prompt is inside or after its reasoning, so the reasoning start is banned as the server
+bans it (``livethink.data.budget_forcing.banned_token``; vLLM's ``bad_words``, transformers' ``bad_words_ids``).
 """
 
 from __future__ import annotations
@@ -130,8 +132,9 @@ class VLLMGenerator(_Generator):
     def _params(self, max_tokens: int, temperature: float):
         from vllm import SamplingParams
 
+        fmt = self.reasoning_format
         return SamplingParams(max_tokens=max_tokens, temperature=temperature, skip_special_tokens=True,
-                              extra_args=self.extra_args)
+                              extra_args=self.extra_args, bad_words=[fmt.start] if fmt.thinks else None)
 
     def continue_from(self, prompts: Sequence[Sequence[int]], max_tokens: int, temperature: float = 0.0,
                       progress: bool = True) -> list[Continuation]:
@@ -177,11 +180,13 @@ class TransformersGenerator(_Generator):
         enc = self.tokenizer.pad({"input_ids": [list(p) for p in prompts]}, padding=True,
                                  return_tensors="pt").to(self.device)  # left padding (load_generation_model)
         processors = LogitsProcessorList([CalculatorLogitsProcessor(self.tokenizer)] if self.calculator else [])
+        fmt = self.reasoning_format
+        banned = [self.tokenizer.encode(fmt.start, add_special_tokens=False)] if fmt.thinks else None
         with self.torch.no_grad():
             out = self.model.generate(
                 **enc, max_new_tokens=max_tokens, do_sample=temperature > 0,
                 temperature=temperature if temperature > 0 else None, pad_token_id=self.tokenizer.pad_token_id,
-                logits_processor=processors,
+                logits_processor=processors, bad_words_ids=banned,
             )
         return out[:, enc["input_ids"].shape[1]:].cpu()  # (waits for the device: latency probes time the whole reply)
 

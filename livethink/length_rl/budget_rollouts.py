@@ -4,8 +4,8 @@ The server ends thinking at a cap set by the request's deadline, forces the reas
 answer from there (``livethink.data.budget_forcing``). A rollout option any variant can turn on
 (``budget_forcing: true``) does the same during training: each completion draws a thinking cap
 (``budget_caps``), thinking is cut there exactly as the server cuts it (the format's forced end, the server's
-reply reserve), and the forced reply is scored by the variant's own reward columns. Completions that end
-thinking before their cap are unchanged. The forced tokens are not the policy's choice: they leave the loss
+reply reserve, no second think block), and the forced reply is scored by the variant's own reward columns.
+Completions that end thinking before their cap are unchanged. The forced tokens are not the policy's choice: they leave the loss
 (``tool_mask``), and vLLM's sampling log-probs for them become NaN (as for the calculator's digits).
 
 Anchors: Elastic Reasoning's budget-constrained rollout (arXiv 2505.05315: thinking generated up to a budget,
@@ -28,7 +28,7 @@ import torch
 from transformers import LogitsProcessor, LogitsProcessorList
 
 from livethink.calculator.processors import force
-from livethink.data.budget_forcing import ForcingTokens, forced_mask, next_forced_token
+from livethink.data.budget_forcing import ForcingTokens, banned_token, forced_mask, next_forced_token
 
 REQUEST_KEY = "budget_forcing"  # SamplingParams.extra_args key read by the vLLM logits processor
 
@@ -119,8 +119,8 @@ class CapSampler:
 
 
 class BudgetForcingLogitsProcessor(LogitsProcessor):
-    """transformers ``LogitsProcessor`` for one ``generate`` call: row ``i`` is cut at ``caps[i]`` (None: never).
-    The first call sees the (left-padded) prompts; what follows them is the output."""
+    """transformers ``LogitsProcessor`` for one ``generate`` call: row ``i`` is cut at ``caps[i]`` (None: never,
+    and no ban either). The first call sees the (left-padded) prompts; what follows them is the output."""
 
     def __init__(self, caps: Sequence[int | None], tokens: ForcingTokens, reply_reserve: int | None):
         self.caps, self.tokens, self.reply_reserve = list(caps), tokens, reply_reserve
@@ -135,11 +135,22 @@ class BudgetForcingLogitsProcessor(LogitsProcessor):
             if cap is None:
                 continue
             ids = input_ids[row].tolist()
-            token = next_forced_token(ids[: self.prompt_length], ids[self.prompt_length:], cap, self.tokens,
-                                      self.reply_reserve)
-            if token is not None:
-                scores[row] = force(scores[row], token)
+            scores[row] = forcing_step(ids[: self.prompt_length], ids[self.prompt_length:], cap, self.tokens,
+                                       self.reply_reserve, scores[row])
         return scores
+
+
+def forcing_step(prompt_ids: Sequence[int], output_ids: Sequence[int], cap: int, tokens: ForcingTokens,
+                 reply_reserve: int | None, logits: torch.Tensor) -> torch.Tensor:
+    """One row's next-token logits under the forcing rule (``livethink.data.budget_forcing``): the forced token
+    where the cut writes one, else the model's own with the reasoning start banned once thinking is open."""
+    token = next_forced_token(prompt_ids, output_ids, cap, tokens, reply_reserve)
+    if token is not None:
+        return force(logits, token)
+    banned = banned_token(prompt_ids, output_ids, tokens)
+    if banned is not None:
+        logits[banned] = float("-inf")
+    return logits
 
 
 def with_budget_forcing(model: Any, sampler: CapSampler) -> Any:
@@ -158,13 +169,13 @@ def with_budget_forcing(model: Any, sampler: CapSampler) -> Any:
     return model
 
 
-def request_decider(args: dict[str, Any]):
-    """For the vLLM processor: ``(prompt_ids, output_ids) -> forced token or None`` for one request, from its
-    ``extra_args[REQUEST_KEY]`` (``CapSampler.request_args``)."""
+def request_step(args: dict[str, Any]):
+    """For the vLLM processor: ``(prompt_ids, output_ids, logits) -> logits`` under the forcing rule
+    (``forcing_step``) for one request, from its ``extra_args[REQUEST_KEY]`` (``CapSampler.request_args``)."""
     tokens = ForcingTokens.from_json(args["tokens"])
     cap, reserve = int(args["cap"]), args.get("reply_reserve")
 
-    def decide(prompt_ids: Sequence[int], output_ids: Sequence[int]) -> int | None:
-        return next_forced_token(prompt_ids, output_ids, cap, tokens, reserve)
+    def step(prompt_ids: Sequence[int], output_ids: Sequence[int], logits: torch.Tensor) -> torch.Tensor:
+        return forcing_step(prompt_ids, output_ids, cap, tokens, reserve, logits)
 
-    return decide
+    return step

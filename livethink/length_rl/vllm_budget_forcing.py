@@ -11,17 +11,16 @@ from __future__ import annotations
 
 from typing import Any
 
-import torch
 from vllm.v1.sample.logits_processor import AdapterLogitsProcessor
 
-from livethink.calculator.processors import force
-from livethink.length_rl.budget_rollouts import REQUEST_KEY, CapSampler, request_decider
+from livethink.length_rl.budget_rollouts import REQUEST_KEY, CapSampler, request_step
 from livethink.length_rl.trl_compat import wrap_colocated_llm_generate, wrap_vllm_generate
 from livethink.length_rl.vllm_calculator import nan_forced_logprobs
 
 
 class VLLMBudgetForcingLogitsProcessor(AdapterLogitsProcessor):
-    """Cuts thinking at the request's cap: the forced end, then EOS once the reply used its reserve."""
+    """Cuts thinking at the request's cap: the forced end, then EOS once the reply used its reserve; no second
+    think block."""
 
     def is_argmax_invariant(self) -> bool:
         return False
@@ -30,13 +29,7 @@ class VLLMBudgetForcingLogitsProcessor(AdapterLogitsProcessor):
         args = (params.extra_args or {}).get(REQUEST_KEY)
         if not args:
             return None
-        decide = request_decider(args)
-
-        def apply(prompt_ids: list[int], output_ids: list[int], logits: torch.Tensor) -> torch.Tensor:
-            token = decide(prompt_ids, output_ids)
-            return logits if token is None else force(logits, token)
-
-        return apply
+        return request_step(args)
 
 
 def patch_budget_requests(generation: Any, sampler: CapSampler) -> None:

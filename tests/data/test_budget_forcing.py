@@ -8,6 +8,7 @@ import pytest
 
 from livethink.data.budget_forcing import (
     ForcingTokens,
+    banned_token,
     cut_index,
     find,
     forced_continuation,
@@ -59,6 +60,17 @@ def test_next_forced_token_writes_the_forced_end_then_eos_after_the_reserve():
     assert next_forced_token(PREFILLED, out, 4, T) is None  # no reserve: the reply goes on
     assert next_forced_token(PREFILLED, [7, 7], 4, T) is None  # before the cap: the model chooses
     assert next_forced_token(PREFILLED, [7, 2, 5], 4, T) is None  # closed on its own
+
+
+def test_banned_token_stops_the_model_opening_thinking_again():
+    assert banned_token(PREFILLED, [], T) == 1  # the prompt opened it
+    assert banned_token(PREFILLED, [7, 9, 2, 9, 9, 5], T) == 1  # a forced reply may not open another block
+    assert banned_token(PLAIN, [], T) is None  # not open yet: the model may open it
+    assert banned_token(PLAIN, [1, 7], T) == 1
+    multi = ForcingTokens(start=(3, 4, 5), close=(2,), forced_end=(9, 2, 9, 9), eos=0)  # "<", "think", ">"
+    assert banned_token([50, 3, 4, 5, 9], [7, 2, 9, 3, 4], multi) == 5  # only where it would complete "<think>"
+    assert banned_token([50, 3, 4, 5, 9], [7, 2, 9, 3], multi) is None
+    assert banned_token([50, 3, 4, 5, 3], [4], multi) == 5  # across the prompt / output boundary
 
 
 def test_forced_mask_replays_a_finished_completion():

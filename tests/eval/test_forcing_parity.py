@@ -2,7 +2,9 @@
 ``thinking_token_budget``) and the eval's vLLM generator (the greedy completion cut by
 ``livethink.data.budget_forcing.forced_continuation`` and continued from those token ids) render the same prompt,
 cut at the same token, force the same end and write the same reply, token for token (the tiny student, greedy,
-float32, no stand-ins)."""
+float32, no stand-ins). At cap 16 the server forces inside vLLM (native); at cap 0 it closes thinking at once and
+continues (the path a request takes when its thinking deadline has passed). Neither reply opens a second think
+block."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ pytestmark = [
     pytest.mark.timeout(300),
     pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm not installed"),
 ]
-CAP = 16
+CAPS = (16, 0)
 
 
 def test_server_and_eval_force_the_same_reply_at_a_cap(monkeypatch):
@@ -44,12 +46,12 @@ def test_server_and_eval_force_the_same_reply_at_a_cap(monkeypatch):
         service = Service(config, {"rft": engine}, {"rft": "rft"}, {"rft": 1})
         prompt = service.tokenize("rft", build_messages(task), True, "product_docs")
 
-        async def served() -> list[int]:
-            request = GenerationRequest("parity", "rft", prompt, SamplingOptions(temperature=0.0))
-            budget = TokenBudget(thinking_cap=CAP, reply_reserve=config.budget.reply_reserve)
+        async def served(cap: int) -> list[int]:
+            request = GenerationRequest(f"parity-{cap}", "rft", prompt, SamplingOptions(temperature=0.0))
+            budget = TokenBudget(thinking_cap=cap, reply_reserve=config.budget.reply_reserve)
             return [t async for d in engine.generate(request, budget) for t in d.token_ids]
 
-        out = loop.run_until_complete(served())
+        outs = {cap: loop.run_until_complete(served(cap)) for cap in CAPS}
     finally:
         loop.run_until_complete(engine.stop())
         loop.close()
@@ -59,19 +61,24 @@ def test_server_and_eval_force_the_same_reply_at_a_cap(monkeypatch):
     monkeypatch.setenv("VLLM_ENABLE_V1_MULTIPROCESSING", "0")
     generator = VLLMGenerator(model, max_model_len=1024, dtype="float32", kv_cache_gib=1, single_process=True)
     try:
-        (g,) = generator.generate([task], max_tokens=CAP + 8)
+        (g,) = generator.generate([task], max_tokens=max(CAPS) + 8)
         tokens = ForcingTokens.of(generator.tokenizer, generator.reasoning_format)
-        cut_at = cut_index(g.prompt_ids, g.token_ids, CAP, tokens)
-        assert cut_at is not None and cut_at <= len(g.token_ids), "the completion must be cut at the cap"
-        cut, kept = thinking_cap_prompts([g], CAP, tokens)
-        assert kept == []
-        (reply,) = generator.continue_from([cut[task.id]], max_tokens=REPLY_RESERVE, progress=False)
+        replies = {}
+        for cap in CAPS:
+            cut_at = cut_index(g.prompt_ids, g.token_ids, cap, tokens)
+            assert cut_at is not None and cut_at <= len(g.token_ids), "the completion must be cut at the cap"
+            cut, kept = thinking_cap_prompts([g], cap, tokens)
+            assert kept == []
+            (reply,) = generator.continue_from([cut[task.id]], max_tokens=REPLY_RESERVE, progress=False)
+            replies[cap] = (cut[task.id][len(g.prompt_ids):], list(reply.token_ids))  # thinking kept + forced end
     finally:
         generator.close()
-    forced = cut[task.id][len(g.prompt_ids):]  # the thinking kept + the forced end
 
     assert prompt == list(g.prompt_ids)  # the eval renders the prompt as the server does
     assert config.budget.reply_reserve == REPLY_RESERVE
-    assert out[: len(forced)] == forced  # the same cut, the same forced end
-    server_reply = [t for t in out[len(forced):] if t != tokens.eos]
-    assert server_reply == list(reply.token_ids)  # the same reply, token for token, with the same reserve
+    for cap, (forced, reply) in replies.items():
+        out = outs[cap]
+        assert out[: len(forced)] == forced, cap  # the same cut, the same forced end
+        server_reply = [t for t in out[len(forced):] if t != tokens.eos]
+        assert server_reply == reply, cap  # the same reply, token for token, with the same reserve
+        assert tokens.start[-1] not in reply, cap  # no second think block

@@ -299,3 +299,22 @@ def test_budget_caps_drawn_per_group_or_per_completion():
             CapDistribution.parse(bad, auto_high=5)
     with pytest.raises(ValueError, match="groups of 4"):
         dist.draw(6, torch.Generator(), group_size=4)
+
+
+def test_a_forcing_step_forces_the_cut_and_bans_a_second_think_block():
+    from livethink.data.budget_forcing import ForcingTokens
+    from livethink.length_rl.budget_rollouts import forcing_step
+
+    tokens = ForcingTokens(start=(1,), close=(2,), forced_end=(9, 2, 9, 9), eos=0)
+    prompt = [50, 1, 9]  # "<think>\n" pre-filled: one thinking token
+
+    def step(output: list[int], cap: int = 3) -> int:
+        logits = torch.zeros(60)
+        logits[1] = 5.0  # the model would open thinking again
+        logits[7] = 1.0
+        return int(forcing_step(prompt, output, cap, tokens, 2, logits).argmax())
+
+    assert step([7, 7]) == 9  # the cut: the forced end's first token
+    assert step([7, 7, 9, 2, 9, 9]) == 7  # the forced reply: <think> banned, the next best token
+    assert step([7]) == 7  # thinking, before the cap: banned too (the block is open)
+    assert step([7, 7, 9, 2, 9, 9, 5, 6]) == 0  # the reply used its reserve: EOS

@@ -115,6 +115,27 @@ def test_transformers_thinking_deadline_and_zero_cap_force_at_once(hf_engine, to
         assert deltas[-1].thinking_tokens == 1  # the pre-filled newline
 
 
+def test_transformers_engine_never_opens_a_second_think_block(hf_engine, tokenizer):
+    """Forced after a token or two, small students open a new think block at once; the server cannot speak a
+    reply inside one, so the reasoning start is banned once the prompt opened thinking (fault injection: the
+    model's logits pushed towards ``<think>``)."""
+    import torch
+
+    engine, loop = hf_engine
+    start = tokenizer.convert_tokens_to_ids(THINK_OPEN)
+    boost = torch.zeros(engine.model.config.vocab_size)
+    boost[start] = 1e4
+    hook = engine.model.lm_head.register_forward_hook(lambda module, args, out: out + boost.to(out.dtype))
+    try:
+        req = GenerationRequest("reopen", "rft", _prompt(tokenizer), GREEDY_LONG)
+        deltas = loop.run_until_complete(_collect(engine.generate(req, TokenBudget(thinking_cap=3, reply_reserve=6))))
+    finally:
+        hook.remove()
+    ids = [t for d in deltas for t in d.token_ids]
+    assert start not in ids and sum(d.forced_end_of_thinking for d in deltas) == 1
+    assert parse_completion(f"{THINK_OPEN}\n" + "".join(d.text for d in deltas)).reply
+
+
 def test_transformers_abort_and_cancel_free_the_engine(hf_engine, tokenizer):
     engine, loop = hf_engine
 
@@ -236,6 +257,7 @@ def test_vllm_two_phase_continuation(tokenizer):
     (p1, params1, _), (p2, params2, _) = llm.calls
     # the pre-filled newline counts towards the cap (livethink.data.budget_forcing): 4 generated thinking tokens
     assert params1.max_tokens == 4 and params1.stop_token_ids == [llm.close_id]
+    assert params1.bad_words == params2.bad_words == [THINK_OPEN]  # no second think block, in either phase
     assert p2 == p1 + [llm.word] * 4 + llm.end_ids and params2.max_tokens == 6
     assert sum(d.forced_end_of_thinking for d in deltas) == 1
     assert [t for d in deltas for t in d.token_ids][: len(p2) - len(p1)] == p2[len(p1):]  # ids as continued from

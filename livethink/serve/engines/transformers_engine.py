@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from livethink.calculator.processors import force, forced_token, result_char_token_ids
-from livethink.data.budget_forcing import ForcingTokens, thinking_opened
+from livethink.data.budget_forcing import ForcingTokens, banned_token, thinking_opened
 from livethink.data.reasoning_format import THINK, ReasoningFormat, resolve
 from livethink.engines import load_generation_model
 from livethink.serve.budget import TokenBudget
@@ -209,6 +209,11 @@ class TransformersEngine:
                 logits = out.logits[0, -1].float().cpu()  # sampled on the host: the next step needs the token there
                 if opts.ignore_eos or produced < opts.min_tokens:
                     logits[list(self._eos)] = float("-inf")
+                if thinking:  # once thinking is open it is not opened again (livethink.data.budget_forcing)
+                    banned = banned_token(req.prompt_token_ids, sequence[len(req.prompt_token_ids):],
+                                          self._forcing_tokens)
+                    if banned is not None:
+                        logits[banned] = float("-inf")
                 if self.calculator:
                     forced = forced_token(self.tokenizer, self._calc_ids, sequence)
                     if forced is not None:

@@ -14,6 +14,8 @@ A model whose format is ``none`` does not think: one request capped at the reply
 
 Either way, a *time* cap applies too: if thinking is still going at ``budget.thinking_deadline`` (decoding was
 slower than estimated), the request is aborted and continued with the forced end, so the reply still fits.
+Once the prompt has opened thinking, the reasoning start is a bad word (``SamplingParams.bad_words``): the model does
+not open a second think block, as ``livethink.data.budget_forcing.banned_token`` has it everywhere.
 The engine core runs in a spawned process: the program that builds this engine needs a ``__main__`` guard.
 """
 
@@ -178,6 +180,8 @@ class VLLMEngine:
             extra["stream_interval"] = o.stream_interval
         if self.settings.calculator:
             extra["extra_args"] = calculator_extra_args(True)
+        if request.thinking and self.reasoning_format.thinks:  # the prompt opened thinking: not again
+            extra["bad_words"] = [self.reasoning_format.start]
         return SamplingParams(
             max_tokens=max(1, max_tokens),
             temperature=o.temperature,
