@@ -5,7 +5,7 @@ the thinking calibration saved beside its checkpoint by ``livethink eval --think
 (``livethink.eval.thinking_curve``); without either it is 0 (no floor). A request whose planned thinking cap
 falls below the floor is shed (429 + Retry-After), answered with the configured honest fallback reply, or
 answered anyway (a forced reply), per endpoint (``endpoints.<name>.below_min_thinking``); ``auto`` picks per
-model and per request from the calibration curve (``below_floor_action``).
+model and per request from the calibration curve and the engine's load (``below_floor_action``).
 """
 
 from __future__ import annotations
@@ -100,23 +100,33 @@ def _pct(share: float) -> str:
     return f"{share * 100:.1f}%"
 
 
-def below_floor_action(setting: str, floor: ThinkingFloor, cap: int) -> FloorAction:
+UNDER_LOAD = ("under load (other requests on the engine): shed, 429 at admission; a forced reply below the floor "
+              "would slow the requests that can still reach theirs")
+
+
+def below_floor_action(setting: str, floor: ThinkingFloor, cap: int, others: int = 0) -> FloorAction:
     """The action for one request whose thinking cap ``cap`` is below ``floor``, for the endpoint setting
     ``setting`` (``endpoints.<name>.below_min_thinking``): shed, fallback and answer are taken as configured.
+    ``others``: the requests running or waiting beside it on its engine (and on engines sharing its device).
 
-    ``auto`` maximises goodput (correct replies in time, per request sent; ``livethink.eval.goodput``). Shed
-    and fallback give 0 correct replies; a forced reply at ``cap`` is correct with the share the calibration
-    curve gives there (``forced_correct``). So ``auto`` answers when that share is > 0 (goodput can only
-    gain), and gives the fallback reply when it is 0.0 (the curve says a forced reply at this cap is never
-    right: goodput is equal, and the viewer still gets a reply in time, where shed gives none). Without a
-    calibration curve (a floor set in the config, or none) ``auto`` answers: nothing says a forced reply is
-    never right. This weighs each request alone, not the engine time a forced reply takes from later ones.
+    ``auto`` maximises goodput (correct replies in time, per request sent; ``livethink.eval.goodput``).
+    - Under load (``others`` > 0) it sheds. The cap is below the floor because of the load, and a forced reply
+      adds to it: every request beside it decodes slower and thinks less, down to a token or two when later
+      admissions pile on. Refusing leaves the engine to the requests that can still be answered well; a 429 is
+      no worse for goodput than the fallback reply.
+    - On an otherwise idle engine the deadline alone sets the cap and an answer costs no one else. Shed and
+      fallback give 0 correct replies; a forced reply at ``cap`` is correct with the share the calibration
+      curve gives there (``forced_correct``). So ``auto`` answers when that share is > 0, and gives the fallback
+      reply when it is 0.0 (goodput is equal, and the viewer still gets a reply in time). Without a calibration
+      curve (a floor set in the config, or none) it answers: nothing says a forced reply is never right.
     """
     if setting == "shed":
         return FloorAction("shed", "configured; 429 at admission, the fallback reply when the wait for an engine "
                                    "slot ate the floor")
     if setting != "auto":
         return FloorAction(setting, "configured")
+    if others > 0:
+        return FloorAction("shed", f"{others} other request(s) on the engine: {UNDER_LOAD}")
     curve = floor.curve
     if curve is None:
         source = "the floor is set in the config" if floor.source == "config" else "no floor"
@@ -151,13 +161,15 @@ def _ranges(caps: Sequence[int]) -> str:
 def below_floor_summary(setting: str, floor: ThinkingFloor) -> dict[str, str]:
     """What requests below ``floor`` get on an endpoint set to ``setting``, over every cap below the floor:
     ``{"setting", "action", "why"}``, ``action`` one of shed, fallback, answer, or answer_or_fallback
-    (``auto`` answers at some caps and falls back at others; ``why`` names which)."""
+    (``auto`` answers at some caps and falls back at others; ``why`` names which). For ``auto`` with a floor,
+    ``action`` is what an otherwise idle engine does, and ``under_load`` what a busy one does (shed)."""
     if floor.tokens <= 0:
         return {"setting": setting, "action": "answer", "why": "no thinking floor: every request gets the "
                                                                "thinking cap that fits"}
+    load = {"under_load": "shed", "under_load_why": UNDER_LOAD} if setting == "auto" else {}
     if setting != "auto" or floor.curve is None:
         choice = below_floor_action(setting, floor, 0)
-        return {"setting": setting, "action": choice.action, "why": choice.why}
+        return {"setting": setting, "action": choice.action, "why": choice.why, **load}
     curve = floor.curve
     below = range(floor.tokens)
     zero = [c for c in below if forced_correct(curve.caps, curve.correct, c) <= 0]
@@ -177,7 +189,7 @@ def below_floor_summary(setting: str, floor: ThinkingFloor) -> dict[str, str]:
         action = "answer_or_fallback"
         why = (f"fallback at caps {_ranges(zero)} (forced replies 0.0% correct there), answer at the other "
                f"caps below the {floor.tokens}-token floor: forced replies {points} ({_source(floor)})")
-    return {"setting": setting, "action": action, "why": why}
+    return {"setting": setting, "action": action, "why": why, **load}
 
 
 def below_floor_report(config: ServeConfig, floors: Mapping[str, ThinkingFloor]) -> dict[str, dict[str, dict[str, str]]]:

@@ -114,6 +114,18 @@ def test_auto_answers_while_a_forced_reply_can_be_right_else_falls_back():
     assert configured.action == "answer" and "no thinking calibration (the floor is set in the config)" in configured.why
 
 
+def test_auto_sheds_below_the_floor_when_other_requests_share_the_engine():
+    floor = _floor(128, (0, 32, 64, 128), (0.0, 0.2, 0.3, 0.5))
+    busy = below_floor_action("auto", floor, 64, others=3)
+    assert busy.action == "shed" and busy.why.startswith("3 other request(s) on the engine: under load")
+    assert below_floor_action("auto", ThinkingFloor(64, "config"), 0, others=1).action == "shed"
+    assert below_floor_action("auto", floor, 64, others=0).action == "answer"  # idle: the curve decides
+    for setting in ("fallback", "answer"):  # configured: taken as it is, whatever the load
+        assert below_floor_action(setting, floor, 64, others=3).action == setting
+    assert below_floor_summary("auto", floor)["under_load"] == "shed"
+    assert "under_load" not in below_floor_summary("answer", floor)
+
+
 def test_below_floor_summary_over_every_cap_under_the_floor():
     drpo = _floor(192, (0, 32, 64, 128, 192, 256), (0.1333, 0.15, 0.2917, 0.525, 0.5917, 0.5917))
     s = below_floor_summary("auto", drpo)
