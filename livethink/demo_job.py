@@ -177,7 +177,7 @@ STEPS: list[Step] = [
                              "--thinking-caps", THINKING_CAPS, "--latency-probes", "0", "--engine", s.eval_engine,
                              "--max-tokens", str(s.eval_max_tokens), "--calculator",
                              "--out", str(s.runs / "eval_thinking_caps")),
-        lambda s: "thinking floors (below them: 429 under load; on an idle engine a forced reply where the curve says one can be right): " + ", ".join(
+        lambda s: "thinking floors (below them: a forced reply where the curve says one can be right): " + ", ".join(
             f"{m.parent.name}: {_read_json(m / 'thinking_calibration.json').get('min_thinking_tokens')}"
             for m in (s.rft / "final", s.served / "final")),
     ),

@@ -69,8 +69,6 @@ def serve_report(config_path: str) -> list[str]:
         for ep in ("livestream", "chat"):
             s = below_floor_summary(getattr(config.endpoints, ep).below_min_thinking, floor)
             lines.append(f"below {name:<6} {ep}: {s['action']} (below_min_thinking: {s['setting']}; {s['why']})")
-            if "under_load" in s:
-                lines.append(f"below {name:<6} {ep} under load: {s['under_load']} ({s['under_load_why']})")
     return lines
 
 

@@ -62,13 +62,13 @@ class Admission:
             forced_end_tokens=self.forced_end_tokens(job.model, job.prompt_ids, job.thinking),
         )
 
-    def below_floor_action(self, job: Job, plan: TokenBudget | Reject, others: int) -> str | None:
+    def below_floor_action(self, job: Job, plan: TokenBudget | Reject) -> str | None:
         """shed, fallback or answer when ``plan``'s thinking cap is under the model's floor (probes are exempt:
-        they carry the floor), else None (``quality.below_floor_action``; ``others``: the requests beside it)."""
+        they carry the floor), else None (``quality.below_floor_action``)."""
         if not isinstance(plan, TokenBudget) or plan.probe or plan.thinking_cap >= job.min_thinking:
             return None
         setting = getattr(self.config.endpoints, job.endpoint).below_min_thinking
-        return below_floor_action(setting, self.floors[job.model], plan.thinking_cap, others).action
+        return below_floor_action(setting, self.floors[job.model], plan.thinking_cap).action
 
     def admit(self, job: Job) -> None:
         """Refuse at once (429 + Retry-After) if the deadline cannot be met given the queue, or if the model's
@@ -80,8 +80,7 @@ class Admission:
         plan = self.plan(job, now)
         if job.viewer_id:
             self.hooks.on_exposure(job.viewer_id, job.choice, job.request_id, job.simulated)
-        others = self.controller.load(job.engine_key, self.controller.queue_state(job.engine_key)) - 1
-        action = self.below_floor_action(job, plan, others)
+        action = self.below_floor_action(job, plan)
         if action in ("shed", "fallback"):
             self.metrics.below_floor.labels(*job.labels, action).inc()
             if action == "fallback":

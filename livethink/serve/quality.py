@@ -5,7 +5,7 @@ the thinking calibration saved beside its checkpoint by ``livethink eval --think
 (``livethink.eval.thinking_curve``); without either it is 0 (no floor). A request whose planned thinking cap
 falls below the floor is shed (429 + Retry-After), answered with the configured honest fallback reply, or
 answered anyway (a forced reply), per endpoint (``endpoints.<name>.below_min_thinking``); ``auto`` picks per
-model and per request from the calibration curve and the engine's load (``below_floor_action``).
+model and per request from the calibration curve (``below_floor_action``).
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from livethink.data.budget_forcing import REPLY_RESERVE
 from livethink.eval.thinking_curve import ThinkingCurve, load_curve
 from livethink.serve.config import ServeConfig
 
@@ -101,38 +100,17 @@ def _pct(share: float) -> str:
     return f"{share * 100:.1f}%"
 
 
-def correct_per_token(curve: ThinkingCurve, cap: int) -> float:
-    """Correct replies per decoded token of a forced reply at thinking cap ``cap``: ``forced_correct`` over the
-    cap plus the reply reserve the curve was measured with (``REPLY_RESERVE`` where it is not recorded)."""
-    reply = curve.reply_reserve if curve.reply_reserve is not None else REPLY_RESERVE
-    return forced_correct(curve.caps, curve.correct, cap) / max(1, cap + reply)
-
-
-def sheds_under_load(floor: ThinkingFloor, cap: int) -> bool:
-    """Whether ``auto`` sheds a request at ``cap`` (below the floor) while others share its engine: its forced
-    reply buys fewer correct replies per decoded token than a request at the floor (``correct_per_token``).
-    Without a calibration curve nothing says so: False."""
-    curve = floor.curve
-    return curve is not None and correct_per_token(curve, cap) < correct_per_token(curve, floor.tokens)
-
-
-def below_floor_action(setting: str, floor: ThinkingFloor, cap: int, others: int = 0) -> FloorAction:
+def below_floor_action(setting: str, floor: ThinkingFloor, cap: int) -> FloorAction:
     """The action for one request whose thinking cap ``cap`` is below ``floor``, for the endpoint setting
     ``setting`` (``endpoints.<name>.below_min_thinking``): shed, fallback and answer are taken as configured.
-    ``others``: the requests running or waiting beside it on its engine (and on engines sharing its device).
 
-    ``auto`` maximises goodput (correct replies in time, per request sent; ``livethink.eval.goodput``).
-    - Under load (``others`` > 0) the engine's decoding time is what limits goodput: the cap is below the floor
-      because of the load, and every token a forced reply decodes slows the requests beside it. ``auto`` answers
-      where the forced reply buys at least as many correct replies per decoded token as a request at the floor
-      does, and sheds (429) where it buys fewer (``sheds_under_load``), leaving the engine to requests that use
-      it better. A 429 is no worse for goodput than the fallback reply.
-    - On an otherwise idle engine the deadline alone sets the cap and an answer costs no one else. Shed and
-      fallback give 0 correct replies; a forced reply at ``cap`` is correct with the share the calibration
-      curve gives there (``forced_correct``). So ``auto`` answers when that share is > 0, and gives the fallback
-      reply when it is 0.0 (goodput is equal, and the viewer still gets a reply in time).
-    - Without a calibration curve (a floor set in the config, or none) it answers: nothing says a forced reply
-      is never right.
+    ``auto`` maximises goodput (correct replies in time, per request sent; ``livethink.eval.goodput``). Shed
+    and fallback give 0 correct replies; a forced reply at ``cap`` is correct with the share the calibration
+    curve gives there (``forced_correct``). So ``auto`` answers when that share is > 0 (goodput can only
+    gain), and gives the fallback reply when it is 0.0 (the curve says a forced reply at this cap is never
+    right: goodput is equal, and the viewer still gets a reply in time, where shed gives none). Without a
+    calibration curve (a floor set in the config, or none) ``auto`` answers: nothing says a forced reply is
+    never right. This weighs each request alone, not the engine time a forced reply takes from later ones.
     """
     if setting == "shed":
         return FloorAction("shed", "configured; 429 at admission, the fallback reply when the wait for an engine "
@@ -144,15 +122,6 @@ def below_floor_action(setting: str, floor: ThinkingFloor, cap: int, others: int
         source = "the floor is set in the config" if floor.source == "config" else "no floor"
         return FloorAction("answer", f"no thinking calibration ({source}): a forced reply may be right, shed and "
                                      f"fallback never are")
-    if others > 0:
-        here, there = correct_per_token(curve, cap), correct_per_token(curve, floor.tokens)
-        rates = (f"{here * 1000:.2f} correct replies per 1,000 decoded tokens at cap {cap}, "
-                 f"{there * 1000:.2f} at the {floor.tokens}-token floor ({_source(floor)})")
-        if here < there:
-            return FloorAction("shed", f"{others} other request(s) on the engine: {rates}; the engine's time goes "
-                                       f"to requests that use it better")
-        return FloorAction("answer", f"{others} other request(s) on the engine: {rates}; a forced reply uses it "
-                                     f"as well")
     share = forced_correct(curve.caps, curve.correct, cap)
     where = f"{_source(floor)}"
     if cap not in curve.caps and curve.caps[0] < cap < curve.caps[-1]:
@@ -182,9 +151,7 @@ def _ranges(caps: Sequence[int]) -> str:
 def below_floor_summary(setting: str, floor: ThinkingFloor) -> dict[str, str]:
     """What requests below ``floor`` get on an endpoint set to ``setting``, over every cap below the floor:
     ``{"setting", "action", "why"}``, ``action`` one of shed, fallback, answer, or answer_or_fallback
-    (``auto`` answers at some caps and falls back at others; ``why`` names which). For ``auto`` with a curve,
-    ``action`` is what an otherwise idle engine does, and ``under_load`` (shed, answer or answer_or_shed) with
-    ``under_load_why`` what a busy one does."""
+    (``auto`` answers at some caps and falls back at others; ``why`` names which)."""
     if floor.tokens <= 0:
         return {"setting": setting, "action": "answer", "why": "no thinking floor: every request gets the "
                                                                "thinking cap that fits"}
@@ -210,22 +177,7 @@ def below_floor_summary(setting: str, floor: ThinkingFloor) -> dict[str, str]:
         action = "answer_or_fallback"
         why = (f"fallback at caps {_ranges(zero)} (forced replies 0.0% correct there), answer at the other "
                f"caps below the {floor.tokens}-token floor: forced replies {points} ({_source(floor)})")
-    return {"setting": setting, "action": action, "why": why, **_under_load(floor)}
-
-
-def _under_load(floor: ThinkingFloor) -> dict[str, str]:
-    """``auto``'s choice below ``floor`` while other requests share the engine (``sheds_under_load``)."""
-    below = range(floor.tokens)
-    shed = [c for c in below if sheds_under_load(floor, c)]
-    if not shed:
-        return {"under_load": "answer", "under_load_why": "at every cap below the floor a forced reply buys at "
-                                                          "least as many correct replies per decoded token"}
-    if len(shed) == len(below):
-        return {"under_load": "shed", "under_load_why": "at every cap below the floor a forced reply buys fewer "
-                                                        "correct replies per decoded token than one at the floor"}
-    return {"under_load": "answer_or_shed",
-            "under_load_why": f"shed at caps {_ranges(shed)}, where a forced reply buys fewer correct replies per "
-                              f"decoded token than one at the floor; answer at the other caps"}
+    return {"setting": setting, "action": action, "why": why}
 
 
 def below_floor_report(config: ServeConfig, floors: Mapping[str, ThinkingFloor]) -> dict[str, dict[str, dict[str, str]]]:

@@ -154,7 +154,7 @@ class Runner:
             load_start = self.controller.running_load(job.engine_key)
             try:
                 plan = self.admission.plan(job, t_start, QueueState(queue.running - 1, 0, queue.capacity))
-                action = self.admission.below_floor_action(job, plan, load_start - 1)
+                action = self.admission.below_floor_action(job, plan)
                 if action in ("shed", "fallback"):  # below the floor now: the fallback (a 429 comes too late)
                     m.below_floor.labels(*job.labels, "fallback").inc()
                     job.quality_fallback = True
