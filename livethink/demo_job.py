@@ -49,7 +49,7 @@ class Settings:
     variant: str = "drpo"  # the compressed arm (the experiment configs/ab/drpo_vs_rft.yaml names it)
     # Stage 2 in Elastic Reasoning's order (arXiv 2505.05315): DRPO from the RFT student, then DRPO with
     # budget-forced rollouts aimed at the 64-token cap from the DRPO student. Over stage-2 seeds 0-2 this beat one
-    # budget-forced run from the RFT student at every mean (benchmarks/results/budget_training.md).
+    # budget-forced run from the RFT student at every mean (benchmarks/results/budget_training_methods/budget_training.md).
     grpo_config: str = "grpo_drpo.yaml"
     budget_config: str = "grpo_drpo_then_budget64.yaml"  # the served arm: trained for the server's cut
     quick: bool = False  # the eval report and the app say that a quick run checks the plumbing, not quality
