@@ -33,6 +33,15 @@ from livethink.data.budget_forcing import ForcingTokens, banned_token, forced_ma
 REQUEST_KEY = "budget_forcing"  # SamplingParams.extra_args key read by the vLLM logits processor
 
 
+def not_thinking_problem(fmt: Any, why: str, model: object) -> str | None:
+    """Why ``model`` (reasoning format ``fmt``, resolved because ``why``) cannot take budget-forced rollouts, or
+    ``None`` when it thinks: budget forcing cuts thinking."""
+    if fmt.thinks:
+        return None
+    return (f"budget_forcing: {model} does not think (reasoning format {fmt.describe()}: {why}); budget forcing "
+            "cuts thinking, so train a thinking student (stage 1's output) or set budget_forcing: false")
+
+
 def deadline_thinking_cap(deadline_ms: float, tpot_ms: float, ttft_ms: float, overhead_ms: float,
                           reply_reserve: int, forced_end_tokens: int) -> int:
     """Thinking tokens a deadline holds on an idle engine: the tokens that fit after the first token and the

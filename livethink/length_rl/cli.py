@@ -81,13 +81,11 @@ def dry_run(cfg) -> dict[str, Any]:
 def thinking_problems(model: Path) -> list[str]:
     """Budget forcing cuts thinking: a student whose checkpoint does not think cannot be trained with it."""
     from livethink.data.reasoning_format import resolve
+    from livethink.length_rl.budget_rollouts import not_thinking_problem
     from livethink.models.loading import load_tokenizer_for
 
-    fmt, why = resolve("auto", load_tokenizer_for(model), model)
-    if fmt.thinks:
-        return []
-    return [f"budget_forcing: {model} does not think (reasoning format {fmt.describe()}: {why}); budget forcing "
-            "cuts thinking, so train a thinking student (stage 1's output) or set budget_forcing: false"]
+    problem = not_thinking_problem(*resolve("auto", load_tokenizer_for(model), model), model)
+    return [problem] if problem else []
 
 
 def parse_config(argv: list[str], config: dict[str, Any]):

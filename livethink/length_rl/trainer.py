@@ -156,13 +156,12 @@ class LengthRLTrainer(GRPOHooks):
         """Budget-forced rollouts: the cap sampler, hooked into this trainer's generation (vLLM or transformers)."""
         from livethink.data.budget_forcing import ForcingTokens
         from livethink.data.reasoning_format import resolve
-        from livethink.length_rl.budget_rollouts import CapSampler, with_budget_forcing
+        from livethink.length_rl.budget_rollouts import CapSampler, not_thinking_problem, with_budget_forcing
 
         cfg: GRPOVariantConfig = self.args
         fmt, why = resolve("auto", self.text_tokenizer, cfg.model_name_or_path)
-        if not fmt.thinks:
-            raise ValueError(f"budget_forcing: the student's reasoning format is {fmt.describe()} ({why}); budget "
-                             "forcing cuts thinking, so the student must think")
+        if problem := not_thinking_problem(fmt, why, cfg.model_name_or_path):
+            raise ValueError(problem)
         tokens = ForcingTokens.of(self.text_tokenizer, fmt, eos=self.eos_token_ids[0])
         dist = cfg.budget_distribution(forced_end_tokens=len(tokens.forced_end))
         sampler = CapSampler(dist, tokens, cfg.budget_reply_reserve,

@@ -318,3 +318,13 @@ def test_a_forcing_step_forces_the_cut_and_bans_a_second_think_block():
     assert step([7, 7, 9, 2, 9, 9]) == 7  # the forced reply: <think> banned, the next best token
     assert step([7]) == 7  # thinking, before the cap: banned too (the block is open)
     assert step([7, 7, 9, 2, 9, 9, 5, 6]) == 0  # the reply used its reserve: EOS
+
+
+def test_budget_forcing_refuses_a_format_that_does_not_think_and_names_the_field():
+    from livethink.data.reasoning_format import THINK, ReasoningFormat
+    from livethink.length_rl.budget_rollouts import not_thinking_problem
+
+    assert not_thinking_problem(THINK, "the chat template", "m") is None
+    problem = not_thinking_problem(ReasoningFormat("", ""), "no delimiters in the tokenizer", "runs/x")
+    assert problem.startswith("budget_forcing: runs/x does not think (reasoning format none")
+    assert "no delimiters in the tokenizer" in problem and "budget_forcing: false" in problem
