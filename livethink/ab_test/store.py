@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
+import sqlite3
 import threading
 import time
 from collections.abc import Iterable, Sequence
@@ -39,6 +40,24 @@ from livethink.ab_test.tables import (
 __all__ = ["Ack", "AnyEvent", "EventStore", "normalize_url"]
 
 _IN_CHUNK = 500
+
+
+def enable_wal(cursor: Any, timeout_s: float, poll_s: float = 0.05) -> None:
+    """``PRAGMA journal_mode=WAL`` on a new SQLite connection, retried for up to ``timeout_s``.
+
+    Switching a rollback-journal database to WAL needs an exclusive lock, and SQLite answers "database is locked"
+    at once, without its busy handler, while another connection holds a write lock in rollback mode (replicas
+    opening one new store together). The switch is retried until the lock is gone; a lock held past
+    ``timeout_s`` raises as before."""
+    end = time.monotonic() + timeout_s
+    while True:
+        try:
+            cursor.execute("PRAGMA journal_mode=WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() >= end:
+                raise
+            time.sleep(poll_s)
 
 
 class EventStore:
@@ -88,7 +107,7 @@ class EventStore:
         def _on_connect(dbapi_conn: Any, _record: Any) -> None:
             dbapi_conn.isolation_level = None  # we issue BEGIN ourselves
             cur = dbapi_conn.cursor()
-            cur.execute("PRAGMA journal_mode=WAL")
+            enable_wal(cur, busy_timeout_s)
             cur.execute(f"PRAGMA synchronous={synchronous}")
             cur.execute(f"PRAGMA busy_timeout={int(busy_timeout_s * 1000)}")
             cur.close()

@@ -189,3 +189,29 @@ def test_batch_writer_asubmit(store: EventStore) -> None:
         acks = asyncio.run(run(w))
     assert [a.status for a in acks] == ["stored"] * 200 + ["duplicate"]
     assert store.count("e1") == 200
+
+
+def test_a_new_sqlite_store_waits_for_a_writer_instead_of_failing_at_the_wal_switch(tmp_path):
+    """Replicas opening one new store together: while another connection holds a write lock in rollback mode,
+    SQLite refuses the switch to WAL at once ("database is locked", no busy wait). The store waits for the lock
+    instead of failing the replica's start; a lock held past the busy timeout still raises."""
+    import sqlite3
+    import threading
+
+    from sqlalchemy.exc import OperationalError
+
+    path = tmp_path / "ab.db"
+    other = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
+    other.execute("BEGIN IMMEDIATE")
+    other.execute("CREATE TABLE other_writer (x)")
+    with pytest.raises(OperationalError, match="locked"):
+        EventStore(path, busy_timeout_s=0.2)
+    released = threading.Timer(0.5, lambda: other.execute("COMMIT"))
+    released.start()
+    t0 = time.monotonic()
+    with EventStore(path, busy_timeout_s=10) as st:
+        waited = time.monotonic() - t0
+        assert st.engine.connect().exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
+    released.join()
+    other.close()
+    assert waited > 0.4  # it waited for the writer
