@@ -19,6 +19,7 @@ from fastapi import FastAPI
 
 from livethink.serve.config import ServeConfig
 from livethink.serve.engines import EngineSet, EngineStartError, start_engines
+from livethink.serve.engines.base import Engine
 from livethink.serve.hooks import ABTestHooks, NoExperiment, ServeHooks, SpoolCollector
 from livethink.serve.metrics import ServeMetrics
 from livethink.serve.priority import deprioritize_children
@@ -28,6 +29,19 @@ from livethink.serve.supervisor import Supervision
 log = logging.getLogger(__name__)
 ENGINE_GAVE_UP_EXIT = 4  # the process's exit code once an engine's restart budget is spent
 
+
+
+async def stop_engines(engines: dict[str, Engine]) -> None:
+    """Stop every engine at once (each waits for its engine core in a thread): a two-arm server exits in the time
+    of one engine's shutdown. A failing stop is logged and does not keep the others running."""
+
+    async def stop(key: str, engine: Engine) -> None:
+        try:
+            await engine.stop()
+        except Exception:
+            log.warning("engine %s: stop failed", key, exc_info=True)
+
+    await asyncio.gather(*(stop(key, engine) for key, engine in engines.items()))
 
 def _give_up(app: FastAPI, key: str, reason: str) -> None:
     """An engine's restart budget is spent: stop serving and exit non-zero, so that the process's own supervisor
@@ -104,11 +118,7 @@ def lifespan(
             for task in background:
                 task.cancel()
             await supervision.stop()
-            for engine in es.engines.values():
-                try:
-                    await engine.stop()
-                except Exception:
-                    log.warning("engine stop failed", exc_info=True)
+            await stop_engines(es.engines)
             if h is not None and hooks is None:
                 h.close()
 

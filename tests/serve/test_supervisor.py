@@ -5,6 +5,7 @@ spent → exit requested, and the A/B record of every failed request."""
 
 from __future__ import annotations
 
+import asyncio
 import ctypes
 import threading
 import time
@@ -250,3 +251,27 @@ def test_transformers_engine_with_a_dead_decode_thread_is_restarted():
             print(f"decode thread killed: /health 503 after {down:.2f} s, 200 again {up:.2f} s later")
     finally:
         server.close()
+
+
+def test_a_server_stops_its_engines_together_and_one_failure_stops_none_of_the_others(caplog):
+    """Shutdown: each engine's stop waits for its engine core (seconds on vLLM); a two-arm server stops both at
+    once, and an engine whose stop raises is logged while the others still stop."""
+    from livethink.serve.lifespan import stop_engines
+
+    stopped: list[str] = []
+
+    class Stopping:
+        def __init__(self, key: str, fails: bool = False):
+            self.key, self.fails = key, fails
+
+        async def stop(self) -> None:
+            await asyncio.sleep(0.5)
+            if self.fails:
+                raise RuntimeError("engine core already gone")
+            stopped.append(self.key)
+
+    t0 = time.monotonic()
+    asyncio.run(stop_engines({"rft": Stopping("rft"), "drpo": Stopping("drpo", fails=True), "b": Stopping("b")}))
+    assert sorted(stopped) == ["b", "rft"]
+    assert time.monotonic() - t0 < 1.0  # together, not one after another (1.5 s)
+    assert "engine drpo: stop failed" in caplog.text and "engine core already gone" in caplog.text
