@@ -136,9 +136,12 @@ class ReplicaSet:
         return p.startup_s
 
     def close(self) -> None:
-        for r in self.replicas:
-            if r is not None:
-                r.close()
+        """Stop every replica (all at once: each waits for its engines) and HAProxy."""
+        live = [r for r in self.replicas if r is not None]
+        for r in live:
+            r.request_stop()
+        for r in live:
+            r.close()
         self.replicas = [None] * len(self.ports)
         if self.haproxy is not None and self.haproxy.poll() is None:
             self.haproxy.terminate()

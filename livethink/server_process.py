@@ -53,6 +53,7 @@ class ServerProcess:
         self.name = name
         self.log_path = Path(log_path)
         self.stop_timeout_s = stop_timeout_s
+        self._stop_sent = False
         self.log = self.log_path.open("w")
         t0 = time.monotonic()
         self.proc = subprocess.Popen(
@@ -87,10 +88,17 @@ class ServerProcess:
             self.log.flush()
         return self.log_path.read_text()[-n:]
 
+    def request_stop(self) -> None:
+        """Send the server its SIGTERM without waiting (``close`` waits), so that several servers shut down
+        together. Sent once: a second SIGTERM makes uvicorn skip its graceful shutdown."""
+        if self.proc.poll() is None and not self._stop_sent:
+            self.proc.terminate()
+            self._stop_sent = True
+
     def close(self) -> None:
         """Stop the server (terminate, then kill after ``stop_timeout_s``) and close its log; idempotent."""
         if self.proc.poll() is None:
-            self.proc.terminate()
+            self.request_stop()
             try:
                 self.proc.wait(self.stop_timeout_s)
             except subprocess.TimeoutExpired:

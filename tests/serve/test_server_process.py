@@ -40,3 +40,37 @@ def test_not_ready_in_time_is_stopped(tmp_path):
         ServerProcess(argv, port=free_port(), log_path=tmp_path / "c.log", ready_path="/health",
                       startup_timeout_s=1.5, stop_timeout_s=5)
     assert "warming up" in str(err.value)
+
+
+GRACEFUL_SERVER = """
+import http.server, signal, sys, time
+terms = []
+def on_term(*_):
+    terms.append(1)
+    print(f"SIGTERM {len(terms)}", flush=True)
+    if len(terms) == 1:
+        time.sleep(1.0)  # a graceful shutdown: the engines stop
+        sys.exit(0)
+signal.signal(signal.SIGTERM, on_term)
+http.server.HTTPServer(("127.0.0.1", int(sys.argv[1])), http.server.SimpleHTTPRequestHandler).serve_forever()
+"""
+
+
+def test_servers_asked_to_stop_together_shut_down_in_the_time_of_one_each_with_one_sigterm(tmp_path):
+    import time
+
+    servers = []
+    for i in range(2):
+        port = free_port()
+        servers.append(ServerProcess([sys.executable, "-u", "-c", GRACEFUL_SERVER, str(port)], port=port,
+                                     log_path=tmp_path / f"s{i}.log", startup_timeout_s=30))
+    t0 = time.monotonic()
+    for s in servers:
+        s.request_stop()
+        s.request_stop()  # once only: a second SIGTERM would cut uvicorn's graceful shutdown short
+    for s in servers:
+        s.close()
+    took = time.monotonic() - t0
+    assert [s.proc.returncode for s in servers] == [0, 0]
+    assert all((tmp_path / f"s{i}.log").read_text().count("SIGTERM") == 1 for i in range(2))
+    assert took < 1.9, took  # together: ~1 s, not 2
