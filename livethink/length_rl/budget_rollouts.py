@@ -29,11 +29,12 @@ from transformers import LogitsProcessor, LogitsProcessorList
 
 from livethink.calculator.processors import force
 from livethink.data.budget_forcing import ForcingTokens, banned_token, forced_mask, next_forced_token
+from livethink.data.reasoning_format import ReasoningFormat
 
 REQUEST_KEY = "budget_forcing"  # SamplingParams.extra_args key read by the vLLM logits processor
 
 
-def not_thinking_problem(fmt: Any, why: str, model: object) -> str | None:
+def not_thinking_problem(fmt: ReasoningFormat, why: str, model: object) -> str | None:
     """Why ``model`` (reasoning format ``fmt``, resolved because ``why``) cannot take budget-forced rollouts, or
     ``None`` when it thinks: budget forcing cuts thinking."""
     if fmt.thinks:

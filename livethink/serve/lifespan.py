@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 ENGINE_GAVE_UP_EXIT = 4  # the process's exit code once an engine's restart budget is spent
 
 
-
 async def stop_engines(engines: dict[str, Engine]) -> None:
     """Stop every engine at once (each waits for its engine core in a thread): a two-arm server exits in the time
     of one engine's shutdown. A failing stop is logged and does not keep the others running."""
@@ -42,6 +41,7 @@ async def stop_engines(engines: dict[str, Engine]) -> None:
             log.warning("engine %s: stop failed", key, exc_info=True)
 
     await asyncio.gather(*(stop(key, engine) for key, engine in engines.items()))
+
 
 def _give_up(app: FastAPI, key: str, reason: str) -> None:
     """An engine's restart budget is spent: stop serving and exit non-zero, so that the process's own supervisor
