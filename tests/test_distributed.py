@@ -28,14 +28,13 @@ SMALL_STUDENT = {"num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads
                  "head_dim": 16, "num_experts": 4, "moe_intermediate_size": 32}
 
 
-def launch(stage: str, out: Path, argv: list[str], processes: int) -> list[dict]:
+def launch(stage: str, out: Path, argv: list[str], processes: int = 2) -> list[dict]:
     """``accelerate launch`` the stage under ``tests/support/distributed_run.py``; returns every process's records."""
     env = os.environ | {"PYTHONPATH": str(ROOT), "HF_HUB_OFFLINE": "1", "OMP_NUM_THREADS": "1",
                         "TOKENIZERS_PARALLELISM": "false"}
     # `--multi_gpu` picks accelerate's torchrun launcher; without a GPU each process joins a gloo group on the CPU
     # (accelerate's MULTI_CPU; `--cpu` alone would start one process unless MPI is installed)
-    launcher = ["--multi_gpu"] if processes > 1 else ["--cpu"]
-    command = [str(ACCELERATE), "launch", *launcher, "--num_processes", str(processes), "--num_machines", "1",
+    command = [str(ACCELERATE), "launch", "--multi_gpu", "--num_processes", str(processes), "--num_machines", "1",
                "--mixed_precision", "no", "--dynamo_backend", "no", "--main_process_port", "0",
                str(ROOT / "tests/support/distributed_run.py"), stage, str(out), "--", *argv]
     result = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600, cwd=ROOT)
@@ -46,16 +45,6 @@ def launch(stage: str, out: Path, argv: list[str], processes: int) -> list[dict]
         assert path.is_file(), f"process {rank} trained nothing"
         records += [json.loads(line) for line in path.read_text().splitlines()]
     return records
-
-
-def step_time(records: list[dict]) -> float:
-    """Seconds per optimizer step on rank 0, first step excluded (warm-up)."""
-    times = {}
-    for r in records:
-        if r["rank"] == 0:
-            times.setdefault(r["step"], r["t"])
-    steps = sorted(times)
-    return (times[steps[-1]] - times[steps[0]]) / max(1, len(steps) - 1)
 
 
 @pytest.fixture(scope="module")
@@ -89,7 +78,7 @@ def test_two_process_sft_stage1(data, tmp_path):
 
 
 @pytest.mark.slow
-def test_two_process_drpo_keeps_groups_whole_and_times_against_one_process(data, tmp_path, liveshop_small):
+def test_two_process_drpo_keeps_groups_whole(data, tmp_path, liveshop_small):
     from livethink.models.loading import load_model
 
     setup = grpo_setup(tmp_path / "student", liveshop_small)
@@ -117,14 +106,6 @@ def test_two_process_drpo_keeps_groups_whole_and_times_against_one_process(data,
         assert {rank for ranks in owners.values() for rank in ranks} == {0, 1}  # both processes trained
     final = tmp_path / "two" / "final"
     assert load_model(final).config.num_hidden_layers == 1
-
-    one = launch("grpo", tmp_path / "one.jsonl", argv(tmp_path / "one", per_device=16), processes=1)
-    assert all(math.isfinite(r["loss"]) for r in one)
-    timing = {"processes_2_s_per_step": round(step_time(two), 2), "processes_1_s_per_step": round(step_time(one), 2),
-              "global_batch": 16, "num_generations": generations, "max_completion_length": 16}
-    print("step time:", json.dumps(timing))
-    (Path(os.environ.get("LIVETHINK_TIMING_OUT", tmp_path)) / "distributed_step_time.json").write_text(
-        json.dumps(timing) + "\n")
 
 
 def test_deepspeed_and_fsdp_configs_load():
