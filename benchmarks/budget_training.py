@@ -6,7 +6,9 @@ method with ``after``, such as ``drpo_then_budget64``, from that seed's student 
 stage-2 seed, each evaluated on the test split with the eval harness (greedy, rubric judge, calculator) uncapped and
 at the thinking caps the server's deadline sets (budget forcing with the server's reply reserve). Per method: the
 mean and 95% t-interval over seeds of correctness at each cap, the floor (smallest cap keeping 90% of the model's
-own uncapped correctness), tokens, ΔC and ΔH against RFT; per seed, the targets of the budget-trained student.
+own uncapped correctness), tokens, ΔC and ΔH against RFT, and where the uncapped thinking first states the
+reference answer (``livethink.rft_distill.answer_point``: the share of tasks whose thinking states it within 64
+tokens, which a cut at 64 keeps); per seed, the targets of the budget-trained student.
 
     .venv/bin/python benchmarks/budget_training.py --seeds 0,1,2 [--rft runs/tiny/rft/final] [--methods drpo,drpo_budget]
 
@@ -17,6 +19,7 @@ Runs go to ``runs/tiny/bench_budget/<method>/seed<k>`` (a finished run or evalua
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import shlex
@@ -26,7 +29,12 @@ import time
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from livethink.data.io import load_tasks
+from livethink.data.reasoning_format import THINK, saved_format
+from livethink.data.schema import Task
 from livethink.eval.compare import t_interval
+from livethink.rewards.parse import split_completion
+from livethink.rft_distill.answer_point import answer_offset
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -105,6 +113,42 @@ def train(args, method: str, seed: int) -> dict[str, Any]:
             "starts_from": spec.after or "rft"}
 
 
+def answer_tokens(completions: list[dict[str, Any]], tasks: dict[str, Task], count_tokens, fmt=THINK) -> list[int]:
+    """Per completion: thinking tokens before its reference answer's first mention (all its thinking if none)."""
+    points = []
+    for row in completions:
+        thinking, _ = split_completion(row["completion"], fmt)
+        points.append(count_tokens(thinking[: answer_offset(tasks[row["task_id"]], thinking)]))
+    return points
+
+
+def share_within(points: list[int], cap: int) -> float:
+    """The share of ``points`` at or below ``cap``."""
+    return round(sum(p <= cap for p in points) / len(points), 4)
+
+
+def median(values: list[int]) -> float:
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    return float(ordered[mid]) if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+
+
+@functools.cache
+def test_tasks(data_dir: str) -> dict[str, Task]:
+    return {t.id: t for t in load_tasks(Path(data_dir) / "test.jsonl", strict=True).tasks}
+
+
+def answer_reach(model_dir: str, completions_path: Path, tasks: dict[str, Task]) -> dict[str, float]:
+    """Where the model's uncapped thinking states the answer: within ``TARGET_CAP`` tokens (share), and the median."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    rows = [json.loads(line) for line in completions_path.read_text().splitlines() if line.strip()]
+    points = answer_tokens(rows, tasks, lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]),
+                           saved_format(model_dir) or THINK)
+    return {"answer_within_cap": share_within(points, TARGET_CAP), "answer_tokens_median": median(points)}
+
+
 def evaluate(args, model_dir: str, name: str) -> dict[str, Any]:
     """The harness result of one model on the test split, uncapped and at ``CAPS`` (reused when present)."""
     out = Path(args.runs_dir) / "eval" / name
@@ -120,7 +164,8 @@ def evaluate(args, model_dir: str, name: str) -> dict[str, Any]:
     overall = result["overall"]
     return {"name": name, "n": overall["n"], "correct": overall["correctness"], "helpful": overall["helpfulness"],
             "tokens": overall["total_tokens"], "caps": list(curve["caps"]), "correct_at_cap": list(curve["correct"]),
-            "helpful_at_cap": list(curve["helpful"]), "floor": curve["min_thinking_tokens"], "evaluated_here": fresh}
+            "helpful_at_cap": list(curve["helpful"]), "floor": curve["min_thinking_tokens"], "evaluated_here": fresh,
+            **answer_reach(model_dir, out / "completions" / f"{name}.jsonl", test_tasks(args.data_dir))}
 
 
 def at_cap(model: dict[str, Any], cap: int) -> float:
@@ -159,6 +204,8 @@ def aggregate(method: str, models: list[dict[str, Any]], rft: dict[str, Any]) ->
         "token_reduction": interval([1 - m["tokens"] / rft["tokens"] for m in models]),
         "correct_at_cap": {str(c): interval([at_cap(m, c) for m in models]) for c in caps},
         "floors": [m["floor"] for m in models],
+        "answer_within_cap": interval([m["answer_within_cap"] for m in models]),
+        "answer_tokens_median": interval([m["answer_tokens_median"] for m in models]),
     }
 
 
@@ -200,6 +247,17 @@ def markdown(report: dict[str, Any]) -> str:
     for row in rows:
         lines.append(f"| {row['method']} | {_pct(row['tokens'], 1.0)} | {_pct(row['token_reduction'])} | "
                      f"{_pct(row['d_correct_pts'], 1.0)} | {_pct(row['d_helpful_pts'], 1.0)} | {_pct(row['helpful'])} |")
+
+    lines += ["", "## Where the thinking states the answer", "",
+              f"Uncapped thinking tokens before the reference answer's first mention (all the thinking when it has "
+              f"none); a cut at {TARGET_CAP} tokens keeps the answer of the tasks within it.", "",
+              f"| method | answer within {TARGET_CAP} tokens (%) | median tokens to the answer | C at {TARGET_CAP} (%) |",
+              "|---|---:|---:|---:|",
+              f"| rft | {100 * rft['answer_within_cap']:.1f} | {rft['answer_tokens_median']:.0f} | "
+              f"{100 * at_cap(rft, TARGET_CAP):.1f} |"]
+    for row in rows:
+        lines.append(f"| {row['method']} | {_pct(row['answer_within_cap'])} | {_pct(row['answer_tokens_median'], 1.0, 0)} | "
+                     f"{_pct(row['correct_at_cap'][str(TARGET_CAP)])} |")
 
     def cell(x: dict[str, Any], pct: bool = True) -> str:
         value = f"{100 * x['value']:.1f}%" if pct and x["value"] is not None else str(x["value"])

@@ -6,6 +6,9 @@ prompt's accepted teacher traces, the ``earliest_answer`` selection policy (``ac
 thinking reaches the reference answer first, so the student copies that habit before stage 2 trains it under the
 cut (Elastic Reasoning, arXiv 2505.05315, budget-constrained rollouts).
 
+The same measure on a student's own thinking (``answer_offset``, counted in tokens by
+``benchmarks/budget_training.py``) says how much of it a cut at a cap keeps the answer of.
+
 The answer point of a trace is the number of thinking words before the reference answer's first mention:
 - ``number``: the first number mention equal to the reference (one cent for usd, exact otherwise), in any unit
   (a price quoted from the docs that already is the answer counts: the fact is stated);
@@ -44,9 +47,8 @@ def _entity_offset(thinking: str, name: str) -> int | None:
     return match.start() if match else None
 
 
-def answer_point(task: Task, completion: str, fmt: ReasoningFormat = THINK) -> int:
-    """Thinking words before the first mention of ``task``'s reference answer; the thinking's length if none."""
-    thinking, _ = split_completion(completion, fmt)
+def answer_offset(task: Task, thinking: str) -> int:
+    """Characters of ``thinking`` before the first mention of ``task``'s reference answer; its length if none."""
     ref = task.reference
     offset = None
     if ref.kind == "number" and ref.value is not None:
@@ -54,4 +56,10 @@ def answer_point(task: Task, completion: str, fmt: ReasoningFormat = THINK) -> i
     elif ref.kind == "entity" and isinstance(ref.value, str):
         found = [o for name in (ref.value, *ref.aliases) if (o := _entity_offset(thinking, name)) is not None]
         offset = min(found, default=None)
-    return len(thinking.split()) if offset is None else _words_before(thinking, offset)
+    return len(thinking) if offset is None else offset
+
+
+def answer_point(task: Task, completion: str, fmt: ReasoningFormat = THINK) -> int:
+    """Thinking words before the first mention of ``task``'s reference answer; the thinking's length if none."""
+    thinking, _ = split_completion(completion, fmt)
+    return _words_before(thinking, answer_offset(task, thinking))

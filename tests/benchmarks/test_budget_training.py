@@ -8,18 +8,36 @@ from pathlib import Path
 
 import pytest
 
+from livethink.data.schema import ProductDoc, Reference, Task
+
 _spec = importlib.util.spec_from_file_location("budget_bench", Path(__file__).resolve().parents[2] / "benchmarks/budget_training.py")
 bench = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(bench)
 
 CAPS = [0, 32, 64, 96, 128, 192]
 RFT = {"name": "rft", "n": 500, "correct": 0.50, "helpful": 0.40, "tokens": 240.0, "caps": CAPS,
-       "correct_at_cap": [0.1, 0.2, 0.25, 0.3, 0.4, 0.48], "helpful_at_cap": [0.0] * 6, "floor": 192}
+       "correct_at_cap": [0.1, 0.2, 0.25, 0.3, 0.4, 0.48], "helpful_at_cap": [0.0] * 6, "floor": 192,
+       "answer_within_cap": 0.05, "answer_tokens_median": 180.0}
 
 
-def model(c64: float, correct: float, helpful: float, tokens: float, floor: int | None) -> dict:
+def model(c64: float, correct: float, helpful: float, tokens: float, floor: int | None, within: float = 0.5,
+          to_answer: float = 60.0) -> dict:
     return {"name": "m", "n": 500, "correct": correct, "helpful": helpful, "tokens": tokens, "caps": CAPS,
-            "correct_at_cap": [0.3, 0.4, c64, 0.5, 0.5, 0.5], "helpful_at_cap": [0.0] * 6, "floor": floor}
+            "correct_at_cap": [0.3, 0.4, c64, 0.5, 0.5, 0.5], "helpful_at_cap": [0.0] * 6, "floor": floor,
+            "answer_within_cap": within, "answer_tokens_median": to_answer}
+
+
+def test_where_the_thinking_states_the_answer():
+    price = Task(id="p", split="test", product_docs=(ProductDoc(product_id="p1", title="Hoodie", text="$74.70"),),
+                 question="How much for two?", reference=Reference(kind="number", value=149.40, unit="usd"),
+                 kind="price", difficulty=1)
+    rows = [{"task_id": "p", "completion": "<think>\nUnit 74.70 x 2 = 149.40. Done.\n</think>\n\n$149.40."},
+            {"task_id": "p", "completion": "<think>\nNo idea at all\n</think>\n\n$149.40."}]
+    words = lambda text: len(text.split())  # noqa: E731 (a stand-in tokenizer: one token per word)
+    # "Unit" "74.70" "x" "2" "=" come before 149.40; the second thinking never states it: all 4 of its words count
+    assert bench.answer_tokens(rows, {"p": price}, words) == [5, 4]
+    assert bench.share_within([10, 64, 65, 200], 64) == 0.5
+    assert bench.median([3, 1, 2]) == 2 and bench.median([1, 2, 3, 10]) == 2.5
 
 
 def test_targets_against_the_rft_student():
@@ -31,8 +49,9 @@ def test_targets_against_the_rft_student():
 
 
 def test_aggregate_over_seeds_and_the_report():
-    models = [model(0.40, 0.48, 0.40, 100.0, 64), model(0.44, 0.50, 0.42, 120.0, 32)]
+    models = [model(0.40, 0.48, 0.40, 100.0, 64, 0.6, 50.0), model(0.44, 0.50, 0.42, 120.0, 32, 0.8, 40.0)]
     row = bench.aggregate("drpo_budget", models, RFT)
+    assert row["answer_within_cap"]["mean"] == pytest.approx(0.7) and row["answer_tokens_median"]["mean"] == 45.0
     assert row["correct_at_cap"]["64"]["mean"] == pytest.approx(0.42)
     assert row["d_correct_pts"]["values"] == pytest.approx([-2.0, 0.0])
     assert row["token_reduction"]["mean"] == pytest.approx(1 - 110 / 240)
@@ -44,6 +63,9 @@ def test_aggregate_over_seeds_and_the_report():
     text = bench.markdown(report)
     assert "| rft | 10.0 | 20.0 | 25.0 | 30.0 | 40.0 | 48.0 | 50.0 | 192 |" in text
     assert "| drpo_budget | rft | 0 | 96 | reused | 600.0 |" in text
+    # 0.7 ± 12.706·0.1414/√2 = [-0.571, 1.971]; 45 ± 12.706·7.071/√2 = [-18.53, 108.53]
+    assert "| rft | 5.0 | 180 | 25.0 |" in text
+    assert "| drpo_budget | 70.0 [-57.1, 197.1] | 45 [-19, 109] | 42.0 [16.6, 67.4] |" in text
     assert "| 0 | 40.0% ✗ (≥ 45.0%)" in text
     # every method trained for the cut gets its targets table; the header says what ran here and what was read back
     report["targets_by_method"] = {"drpo_budget": report["targets"], "drpo_budget64": {"1": bench.verdicts(models[1], RFT)}}
