@@ -2,7 +2,7 @@
 
 SmolLM2-135M-Instruct (offline, from PyPI) plays the teacher and the LLM judge behind vLLM's OpenAI-compatible
 server, `livethink teacher` samples the user task file, `livethink rft` judges over the endpoint and fine-tunes a
-LoRA student, `livethink grpo` runs two steps, and `livethink serve` serves the result on the vLLM engine. The
+LoRA student, `livethink grpo` runs one step, and `livethink serve` serves the result on the vLLM engine. The
 official `openai` client then gets a chat reply and a stream, and `/v1/livestream/reply` answers in its deadline.
 """
 
