@@ -23,6 +23,7 @@ import functools
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 import time
@@ -127,12 +128,6 @@ def share_within(points: list[int], cap: int) -> float:
     return round(sum(p <= cap for p in points) / len(points), 4)
 
 
-def median(values: list[int]) -> float:
-    ordered = sorted(values)
-    mid = len(ordered) // 2
-    return float(ordered[mid]) if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
-
-
 @functools.cache
 def test_tasks(data_dir: str) -> dict[str, Task]:
     return {t.id: t for t in load_tasks(Path(data_dir) / "test.jsonl", strict=True).tasks}
@@ -146,7 +141,7 @@ def answer_reach(model_dir: str, completions_path: Path, tasks: dict[str, Task])
     rows = [json.loads(line) for line in completions_path.read_text().splitlines() if line.strip()]
     points = answer_tokens(rows, tasks, lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]),
                            saved_format(model_dir) or THINK)
-    return {"answer_within_cap": share_within(points, TARGET_CAP), "answer_tokens_median": median(points)}
+    return {"answer_within_cap": share_within(points, TARGET_CAP), "answer_tokens_median": float(statistics.median(points))}
 
 
 def evaluate(args, model_dir: str, name: str) -> dict[str, Any]:
