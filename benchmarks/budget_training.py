@@ -27,11 +27,12 @@ import statistics
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
 from livethink.data.io import load_tasks
-from livethink.data.reasoning_format import THINK, saved_format
+from livethink.data.reasoning_format import THINK, ReasoningFormat, saved_format
 from livethink.data.schema import Task
 from livethink.eval.compare import t_interval
 from livethink.rewards.parse import split_completion
@@ -114,7 +115,8 @@ def train(args, method: str, seed: int) -> dict[str, Any]:
             "starts_from": spec.after or "rft"}
 
 
-def answer_tokens(completions: list[dict[str, Any]], tasks: dict[str, Task], count_tokens, fmt=THINK) -> list[int]:
+def answer_tokens(completions: list[dict[str, Any]], tasks: dict[str, Task], count_tokens: Callable[[str], int],
+                  fmt: ReasoningFormat = THINK) -> list[int]:
     """Per completion: thinking tokens before its reference answer's first mention (all its thinking if none)."""
     points = []
     for row in completions:
@@ -129,7 +131,8 @@ def share_within(points: list[int], cap: int) -> float:
 
 
 @functools.cache
-def test_tasks(data_dir: str) -> dict[str, Task]:
+def held_out_tasks(data_dir: str) -> dict[str, Task]:
+    """The test split's tasks by id."""
     return {t.id: t for t in load_tasks(Path(data_dir) / "test.jsonl", strict=True).tasks}
 
 
@@ -160,7 +163,7 @@ def evaluate(args, model_dir: str, name: str) -> dict[str, Any]:
     return {"name": name, "n": overall["n"], "correct": overall["correctness"], "helpful": overall["helpfulness"],
             "tokens": overall["total_tokens"], "caps": list(curve["caps"]), "correct_at_cap": list(curve["correct"]),
             "helpful_at_cap": list(curve["helpful"]), "floor": curve["min_thinking_tokens"], "evaluated_here": fresh,
-            **answer_reach(model_dir, out / "completions" / f"{name}.jsonl", test_tasks(args.data_dir))}
+            **answer_reach(model_dir, out / "completions" / f"{name}.jsonl", held_out_tasks(args.data_dir))}
 
 
 def at_cap(model: dict[str, Any], cap: int) -> float:
