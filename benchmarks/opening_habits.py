@@ -26,8 +26,6 @@ import time
 from pathlib import Path
 from typing import Any
 
-ROOT = Path(__file__).resolve().parents[1]
-
 
 def opening_shares(kinds: list[str], samples: list[list[str]], phrase: str) -> dict[str, dict[str, Any]]:
     """Per task kind: how many of the sampled thinkings (``samples[i]`` for the task of kind ``kinds[i]``) open
