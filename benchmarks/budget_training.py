@@ -7,7 +7,7 @@ stage-2 seed, each evaluated on the test split with the eval harness (greedy, ru
 at the thinking caps the server's deadline sets (budget forcing with the server's reply reserve). Per method: the
 mean and 95% t-interval over seeds of correctness at each cap, the floor (smallest cap keeping 90% of the model's
 own uncapped correctness), tokens, ΔC and ΔH against RFT, and where the uncapped thinking first states the
-reference answer (``livethink.rft_distill.answer_point``: the share of tasks whose thinking states it within 64
+reference answer (``livethink.rewards.answer_point``: the share of tasks whose thinking states it within 64
 tokens, which a cut at 64 keeps); per seed, the targets of the budget-trained student.
 
     .venv/bin/python benchmarks/budget_training.py --seeds 0,1,2 [--rft runs/tiny/rft/final] [--methods drpo,drpo_budget]
@@ -35,8 +35,8 @@ from livethink.data.io import load_tasks
 from livethink.data.reasoning_format import THINK, ReasoningFormat, saved_format
 from livethink.data.schema import Task
 from livethink.eval.compare import t_interval
+from livethink.rewards import answer_point
 from livethink.rewards.parse import split_completion
-from livethink.rft_distill.answer_point import answer_offset
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -121,7 +121,7 @@ def answer_tokens(completions: list[dict[str, Any]], tasks: dict[str, Task], cou
     points = []
     for row in completions:
         thinking, _ = split_completion(row["completion"], fmt)
-        points.append(count_tokens(thinking[: answer_offset(tasks[row["task_id"]], thinking)]))
+        points.append(answer_point.answer_tokens(tasks[row["task_id"]], thinking, count_tokens))
     return points
 
 

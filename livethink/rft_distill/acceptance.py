@@ -2,7 +2,8 @@
 
 LiveThinking keeps a candidate iff it is correct and helpful; the selection policy then decides how many of
 a prompt's accepted candidates become SFT targets: ``all``, one ``random`` one, the ``shortest`` one, or the one
-whose thinking states the answer first (``earliest_answer``, ``answer_point.py``: it survives the server's cut).
+whose thinking states the answer first (``earliest_answer``, ``livethink.rewards.answer_point``: it survives the
+server's cut).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 from livethink.data.schema import Task
-from livethink.rft_distill.answer_point import answer_point
+from livethink.rewards.answer_point import answer_point
 
 SelectionPolicy = Literal["all", "random", "shortest", "earliest_answer"]
 SELECTION_POLICIES: tuple[str, ...] = ("all", "random", "shortest", "earliest_answer")

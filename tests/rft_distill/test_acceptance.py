@@ -8,8 +8,8 @@ from dataclasses import dataclass
 import pytest
 
 from livethink.data.schema import ProductDoc, Reference, Task
+from livethink.rewards.answer_point import answer_point, answer_tokens
 from livethink.rft_distill.acceptance import JudgedSample, accept_and_select, judge_samples, select
-from livethink.rft_distill.answer_point import answer_point
 
 
 def _s(task_id: str, i: int, text: str, c: bool, h: bool, error: str | None = None) -> JudgedSample:
@@ -119,6 +119,13 @@ def test_answer_point_counts_thinking_words_before_the_reference():
     assert answer_point(entity, "<think>\nPebble Trailblazer\n</think>\n\nx") == 2  # word boundaries
     yes = _task(Reference(kind="yes_no", value=True))
     assert answer_point(yes, "<think>\nStock: 12 left. So yes.\n</think>\n\nYes.") == 5  # no mention: the end
+
+
+def test_answer_tokens_counts_the_thinking_before_the_reference_with_the_given_counter():
+    # counted in characters here: "Subtotal: 74.70 × 2 = " is 22 of them; no mention: the whole thinking
+    assert answer_tokens(PRICE, "Subtotal: 74.70 × 2 = 149.40.", len) == 22
+    assert answer_tokens(PRICE, "Let me see.", len) == 11
+    assert answer_tokens(PRICE, "149.40 it is", len) == 0
 
 
 def test_earliest_answer_keeps_the_trace_that_states_the_answer_first():

@@ -1,13 +1,14 @@
-"""Where a reasoning trace first states its answer: the stage-1 side of training for the server's cut.
+"""Where a reasoning trace first states its answer: what survives the server's cut.
 
 The server cuts thinking at a cap and makes the model answer from there (s1 budget forcing, arXiv 2501.19393). A
 trace that states the key fact early survives the cut; one that reaches it after long detours does not. Among a
-prompt's accepted teacher traces, the ``earliest_answer`` selection policy (``acceptance.py``) keeps the one whose
-thinking reaches the reference answer first, so the student copies that habit before stage 2 trains it under the
-cut (Elastic Reasoning, arXiv 2505.05315, budget-constrained rollouts).
+prompt's accepted teacher traces, stage 1's ``earliest_answer`` selection policy (``rft_distill.acceptance``) keeps
+the one whose thinking reaches the reference answer first, so the student copies that habit before stage 2 trains
+it under the cut (Elastic Reasoning, arXiv 2505.05315, budget-constrained rollouts).
 
-The same measure on a student's own thinking (``answer_offset``, counted in tokens by
-``benchmarks/budget_training.py``) says how much of it a cut at a cap keeps the answer of.
+The same measure on a student's own thinking, in tokens (``answer_tokens``), says whether a cut at a cap keeps the
+answer: ``benchmarks/budget_training.py`` reports it, and stage-2 DRPO can weight its positives by it
+(``drpo_weight_by: answer_point``).
 
 The answer point of a trace is the number of thinking words before the reference answer's first mention:
 - ``number``: the first number mention equal to the reference (one cent for usd, exact otherwise), in any unit
@@ -20,6 +21,7 @@ The answer point of a trace is the number of thinking words before the reference
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from livethink.data.reasoning_format import THINK, ReasoningFormat
 from livethink.data.schema import Task
@@ -63,3 +65,9 @@ def answer_point(task: Task, completion: str, fmt: ReasoningFormat = THINK) -> i
     """Thinking words before the first mention of ``task``'s reference answer; the thinking's length if none."""
     thinking, _ = split_completion(completion, fmt)
     return _words_before(thinking, answer_offset(task, thinking))
+
+
+def answer_tokens(task: Task, thinking: str, count_tokens: Callable[[str], int]) -> int:
+    """Tokens (``count_tokens`` of the text) of ``thinking`` before ``task``'s reference answer's first mention; all
+    of its tokens if none."""
+    return count_tokens(thinking[: answer_offset(task, thinking)])
