@@ -4,7 +4,9 @@ Following ``Optimization-AI/DRPO`` ``compute_policy_loss_drpo``; rows come group
 
 - score s_i = mean token log-prob of completion i under the current policy;
 - positives (reward 1) weighted ω_i = exp(r_l,i/λ) / Σ_pos exp(r_l/λ), r_l = 1 − L_i/C (a softmax over the
-  group's positives; shorter correct completions weigh more; λ → ∞ gives DisCO's uniform weights);
+  group's positives; shorter correct completions weigh more; λ → ∞ gives DisCO's uniform weights). L_i is the
+  completion's length, or any other per-completion count the caller weights by (``weight_lengths``: the thinking
+  tokens before the answer is first stated, for the server's cut);
 - per-question term J_q = Σ_pos ω_i·s_i − τ·log Σ_neg exp(s_j/τ) for mixed groups; all-correct and all-wrong
   groups contribute 0 but count in the number of questions Q;
 - KL to the old policy: kl = masked mean over all tokens of (log π_old − log π_θ);
@@ -98,9 +100,11 @@ def drpo_loss(
     tau: float = 10.0,
     beta: float = 1000.0,
     delta: float = 1e-4,
+    weight_lengths: torch.Tensor | None = None,
 ) -> DRPOOutput:
-    """DRPO loss of one batch of whole groups (see module docstring)."""
-    lengths = mask.sum(dim=1)
+    """DRPO loss of one batch of whole groups (see module docstring); the positives' L is ``weight_lengths`` when
+    given, else the completions' lengths."""
+    lengths = mask.sum(dim=1) if weight_lengths is None else weight_lengths.to(mask.device)
     weights = positive_weights(lengths, positive, group_size, max_len, lam)
     scores = sequence_scores(per_token_logps, mask)
     terms = question_terms(scores, weights, positive, group_size, tau)

@@ -241,6 +241,18 @@ def test_drpo_uniform_groups_count_in_denominator():
     assert out.mixed_groups == 1
 
 
+def test_drpo_loss_weights_the_positives_by_the_lengths_given():
+    # one group of 3, 1-token completions, s = [−1, −2, −3], positives 0 and 1. By length (both 1) ω = [.5, .5]:
+    # J = .5·(−1) + .5·(−2) + 3 = 1.5. By weight_lengths [20, 10] with C = 100, λ = .1: logits 8, 9 ->
+    # ω = [1/(e+1), e/(e+1)]: J = −1/(e+1) − 2e/(e+1) + 3
+    logps = torch.tensor([[-1.0], [-2.0], [-3.0]])
+    mask, positive = torch.ones(3, 1), torch.tensor([1, 1, 0])
+    assert drpo.drpo_loss(logps, logps, mask, positive, 3, max_len=100, tau=1.0).objective.item() == pytest.approx(1.5)
+    e = math.e
+    out = drpo.drpo_loss(logps, logps, mask, positive, 3, max_len=100, tau=1.0, weight_lengths=torch.tensor([20, 10, 0]))
+    assert out.objective.item() == pytest.approx(-1 / (e + 1) - 2 * e / (e + 1) + 3)
+
+
 def test_sequence_scores_masked_mean():
     logps = torch.tensor([[-1.0, -3.0, -9.0], [-2.0, 0.0, 0.0]])
     mask = torch.tensor([[1, 1, 0], [1, 0, 0]])

@@ -118,12 +118,14 @@ def test_dot_dynamic_sampling_keeps_batch_shape(setup):
 
 
 def test_drpo_replaces_the_loss(setup):
-    cfg = make_config(setup, "drpo", "drpo", drpo_positive="correct", max_steps=2, save_steps=10)
+    # positives weighted by where their thinking states the answer (the default, by length, runs in the variant sweep)
+    cfg = make_config(setup, "drpo", "drpo", drpo_positive="correct", drpo_weight_by="answer_point", max_steps=2,
+                      save_steps=10)
     before = {n: p.detach().clone() for n, p in
               __import__("transformers").AutoModelForCausalLM.from_pretrained(cfg.model_name_or_path).named_parameters()}
     trainer = train(cfg, RuleJudge(lambda text: len(text) % 2 == 0))
     rows = metrics(cfg)
-    for key in ("drpo/objective", "drpo/weight_entropy", "drpo/mixed_group_share", "kl"):
+    for key in ("drpo/objective", "drpo/weight_entropy", "drpo/mixed_group_share", "drpo/answer_tokens", "kl"):
         assert key in rows[0], key
     assert all("clip_ratio/region_mean" not in r for r in rows)  # TRL's surrogate did not run
     if any(r["drpo/mixed_group_share"] > 0 for r in rows):

@@ -3,6 +3,11 @@
 Correct (and helpful) completions are positives weighted by softmax((1 − L/C)/λ) in their group, against a
 log-sum-exp of the negatives, with a KL-to-old penalty. The loss replaces TRL's clipped surrogate, so TRL's loss
 options (``ignored_trl_options``) must stay at their defaults.
+
+``drpo_weight_by`` chooses L: the completion's length (DRPO's own), or ``answer_point``, the thinking tokens before
+the reference answer is first stated (``livethink.rewards.answer_point``). The second prefers, among a group's
+positives, the one whose answer a cut at a small cap would keep; the server cuts thinking at the deadline's cap, so
+it rewards what AnytimeReasoner's forced replies at several cuts reward (arXiv 2505.13438) without generating them.
 """
 
 from __future__ import annotations
@@ -14,9 +19,13 @@ import torch
 
 from livethink.length_rl import drpo
 from livethink.length_rl.registry import Variant, register_variant
-from livethink.length_rl.rewards import CORRECTNESS, HELPFULNESS
+from livethink.length_rl.rewards import CORRECTNESS, HELPFULNESS, Scored
+from livethink.rewards.adapters import tasks_from_columns
+from livethink.rewards.answer_point import answer_tokens
+from livethink.rewards.parse import split_completion
 
 POSITIVES = ("correct", "correct_helpful")
+WEIGHT_BY = ("length", "answer_point")
 
 
 @dataclass
@@ -27,6 +36,9 @@ class DrpoOptions:
     drpo_delta: float = field(default=1e-4)
     drpo_max_len: int = field(default=0, metadata={"help": "C of r_l = 1 − L/C; 0 = max_completion_length"})
     drpo_positive: str = field(default="correct_helpful", metadata={"help": "correct | correct_helpful"})
+    drpo_weight_by: str = field(default="length", metadata={
+        "help": "L of r_l: length (the completion's tokens) | answer_point (its thinking's tokens before the "
+                "reference answer's first mention)"})
 
     @property
     def drpo_length_cap(self) -> int:
@@ -49,16 +61,53 @@ class Drpo(Variant):
         cfg = self.cfg
         if cfg.drpo_positive not in POSITIVES:
             raise ValueError(f"drpo_positive must be 'correct' or 'correct_helpful', got {cfg.drpo_positive!r}")
+        if cfg.drpo_weight_by not in WEIGHT_BY:
+            raise ValueError(f"drpo_weight_by must be 'length' or 'answer_point', got {cfg.drpo_weight_by!r}")
         if cfg.per_device_train_batch_size % cfg.num_generations:
             raise ValueError(f"drpo needs whole groups in each micro-batch: per_device_train_batch_size "
                              f"({cfg.per_device_train_batch_size}) must be a multiple of num_generations ({cfg.num_generations})")
+
+    def describe(self) -> tuple[dict[str, Any], list[str]]:
+        cfg = self.cfg
+        weighted_by = ("completion tokens" if cfg.drpo_weight_by == "length"
+                       else "thinking tokens before the reference answer's first mention")
+        return {"positive_weights": f"softmax((1 - L/{cfg.drpo_length_cap})/{cfg.drpo_lambda}), L = {weighted_by}"}, []
+
+    def setup(self, trainer: Any) -> None:
+        self.fmt = None
+        if self.cfg.drpo_weight_by == "answer_point":
+            from livethink.data.reasoning_format import resolve
+
+            self.fmt, why = resolve("auto", trainer.text_tokenizer, self.cfg.model_name_or_path)
+            if not self.fmt.thinks:
+                raise ValueError(f"drpo_weight_by: answer_point counts thinking tokens, and "
+                                 f"{self.cfg.model_name_or_path} does not think (reasoning format "
+                                 f"{self.fmt.describe()}: {why}); use drpo_weight_by: length")
+        self.answer_tokens: torch.Tensor | None = None
+
+    def postprocess_rewards(self, trainer: Any, scored: Scored) -> torch.Tensor:
+        if self.fmt is not None:  # this process's rows, which postprocess_batch hands to the loss
+            tokenizer = trainer.text_tokenizer
+            columns = {key: [row[key] for row in scored.inputs] for key in scored.inputs[0]}
+            tasks = tasks_from_columns(len(scored.completions), columns)
+            self.answer_tokens = torch.tensor([
+                answer_tokens(task, split_completion(completion, self.fmt)[0],
+                              lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]))
+                for task, completion in zip(tasks, scored.completions, strict=True)], dtype=torch.float32)
+            trainer.log_metric("drpo/answer_tokens", float(self.answer_tokens.mean()))
+        return scored.rewards
 
     def postprocess_batch(self, trainer: Any, output: dict[str, Any], n_rows: int) -> dict[str, Any]:
         rewards = torch.nan_to_num(trainer.final_rewards)
         positive = rewards[:, trainer.column(CORRECTNESS)] > 0.5
         if self.cfg.drpo_positive == "correct_helpful":
             positive &= rewards[:, trainer.column(HELPFULNESS)] > 0.5
-        output["drpo_positive"] = positive[trainer.local_slice(n_rows)].to(trainer.accelerator.device)
+        device = trainer.accelerator.device
+        output["drpo_positive"] = positive[trainer.local_slice(n_rows)].to(device)
+        if self.answer_tokens is not None:
+            if len(self.answer_tokens) != n_rows:
+                raise RuntimeError(f"drpo: {len(self.answer_tokens)} answer points for {n_rows} rows")
+            output["drpo_weight_lengths"] = self.answer_tokens.to(device)
         return output
 
     def compute_loss(self, trainer: Any, model: Any, inputs: dict[str, Any]) -> torch.Tensor:
@@ -72,7 +121,8 @@ class Drpo(Variant):
         old = inputs.get("old_per_token_logps")
         old = per_token_logps.detach() if old is None else old
         out = drpo.drpo_loss(per_token_logps, old, mask, inputs["drpo_positive"], trainer.num_generations,
-                             cfg.drpo_length_cap, cfg.drpo_lambda, cfg.drpo_tau, cfg.drpo_beta, cfg.drpo_delta)
+                             cfg.drpo_length_cap, cfg.drpo_lambda, cfg.drpo_tau, cfg.drpo_beta, cfg.drpo_delta,
+                             inputs.get("drpo_weight_lengths"))
         accumulation = trainer.current_gradient_accumulation_steps if trainer.model.training else 1.0
         loss = out.loss / accumulation
         if trainer.aux_loss_enabled:
