@@ -70,6 +70,10 @@ METHODS: dict[str, Method] = {
     # seeds 1 and 2 (0.58 -> 0.65 and 0.49 -> 0.68 over the last 48 steps)
     "drpo_then_budget64_lr4e3": Method("configs/tiny/grpo_drpo_then_budget64.yaml", ("--learning_rate", "4e-3"),
                                        after="drpo"),
+    # DRPO's positives weighted by where their thinking first states the reference answer instead of by their length
+    # (``drpo_weight_by``): the earlier statement a cut keeps is preferred directly
+    "drpo_then_budget64_answer": Method("configs/tiny/grpo_drpo_then_budget64.yaml",
+                                        ("--drpo_weight_by", "answer_point"), after="drpo"),
     # 8 completions of 4 prompts per step instead of 4 of 8 (the same compute): fewer groups whose rewards are all
     # equal, so more of each step carries a signal
     "drpo_then_budget64_g8": Method("configs/tiny/grpo_drpo_then_budget64.yaml", ("--num_generations", "8"),
