@@ -43,11 +43,12 @@ ROOT = Path(__file__).resolve().parents[1]
 
 class Method(NamedTuple):
     """One stage-2 method: its config, the `livethink grpo` options on top of it, and the student it starts from
-    (``after``: that method's student of the same seed; none: the RFT student)."""
+    (``after``: that method's student of the same seed, or of ``after_seed``; none: the RFT student)."""
 
     config: str
     options: tuple[str, ...] = ()
     after: str | None = None
+    after_seed: int | None = None
 
 
 METHODS: dict[str, Method] = {
@@ -74,6 +75,9 @@ METHODS: dict[str, Method] = {
     # (``drpo_weight_by``): the earlier statement a cut keeps is preferred directly
     "drpo_then_budget64_answer": Method("configs/tiny/grpo_drpo_then_budget64.yaml",
                                         ("--drpo_weight_by", "answer_point"), after="drpo"),
+    # the shipped budget stage on every seed from seed 0's DRPO student: whether a seed's miss comes from its DRPO
+    # parent or from the budget stage's own draws
+    "drpo0_then_budget64": Method("configs/tiny/grpo_drpo_then_budget64.yaml", after="drpo", after_seed=0),
     # 8 completions of 4 prompts per step instead of 4 of 8 (the same compute): fewer groups whose rewards are all
     # equal, so more of each step carries a signal
     "drpo_then_budget64_g8": Method("configs/tiny/grpo_drpo_then_budget64.yaml", ("--num_generations", "8"),
@@ -106,7 +110,11 @@ def livethink(*args: str) -> list[str]:
 def train(args, method: str, seed: int) -> dict[str, Any]:
     """One stage-2 run (reused when its final checkpoint exists), after the run it starts from."""
     spec = METHODS[method]
-    start = train(args, spec.after, seed)["dir"] if spec.after else args.rft
+    parent_seed = seed if spec.after_seed is None else spec.after_seed
+    start = train(args, spec.after, parent_seed)["dir"] if spec.after else args.rft
+    starts_from = spec.after or "rft"
+    if spec.after and spec.after_seed is not None:
+        starts_from += f" seed {parent_seed}"
     out = Path(args.runs_dir) / method / f"seed{seed}"
     wall = None
     if not (out / "final" / "config.json").is_file():
@@ -116,7 +124,7 @@ def train(args, method: str, seed: int) -> dict[str, Any]:
     steps = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return {"method": method, "seed": seed, "dir": str(out / "final"), "train_wall_s": wall, "trained_here": wall is not None,
             "train_step_s": round(sum(r.get("step_time", 0.0) for r in steps), 1), "steps": len(steps),
-            "starts_from": spec.after or "rft"}
+            "starts_from": starts_from}
 
 
 def answer_tokens(completions: list[dict[str, Any]], tasks: dict[str, Task], count_tokens: Callable[[str], int],

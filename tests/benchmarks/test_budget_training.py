@@ -98,3 +98,9 @@ def test_a_method_after_another_starts_from_that_methods_student_of_the_same_see
     assert run["starts_from"] == "drpo" and run["trained_here"] and run["steps"] == 1
     assert bench.train(args, "drpo_then_budget64", 2)["trained_here"] is False  # both reused now
     assert len(commands) == 2
+    # after_seed: seed 2 of the budget stage from seed 0's DRPO student (trained first)
+    run = bench.train(args, "drpo0_then_budget64", 2)
+    parent, child = commands[2:]
+    assert parent[parent.index("--output_dir") + 1] == str(tmp_path / "drpo" / "seed0")
+    assert child[child.index("--model_name_or_path") + 1] == str(tmp_path / "drpo" / "seed0" / "final")
+    assert child[child.index("--seed") + 1] == "2" and run["starts_from"] == "drpo seed 0"
