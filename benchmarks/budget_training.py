@@ -78,6 +78,10 @@ METHODS: dict[str, Method] = {
     # the shipped budget stage on every seed from seed 0's DRPO student: whether a seed's miss comes from its DRPO
     # parent or from the budget stage's own draws
     "drpo0_then_budget64": Method("configs/tiny/grpo_drpo_then_budget64.yaml", after="drpo", after_seed=0),
+    # a steeper length weight in the DRPO stage itself (C = 192 instead of the completion cap), then the shipped
+    # budget stage: the budget stage meets the targets from seed 0's DRPO student, the shortest of the three
+    "drpo_c192": Method("configs/tiny/grpo_drpo.yaml", ("--drpo_max_len", "192")),
+    "drpo_c192_then_budget64": Method("configs/tiny/grpo_drpo_then_budget64.yaml", after="drpo_c192"),
     # 8 completions of 4 prompts per step instead of 4 of 8 (the same compute): fewer groups whose rewards are all
     # equal, so more of each step carries a signal
     "drpo_then_budget64_g8": Method("configs/tiny/grpo_drpo_then_budget64.yaml", ("--num_generations", "8"),
