@@ -35,6 +35,7 @@ from livethink.server_process import LOOPBACK, ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 TEMPLATE = ROOT / "deploy" / "haproxy.cfg.tmpl"
+FRONT_PORT_ATTEMPTS = 3  # a front port chosen here (no --port) is chosen again when another process took it
 
 
 def haproxy_config(bind_port: int, replica_ports: list[int]) -> str:
@@ -74,6 +75,7 @@ class ReplicaSet:
         self.startup_timeout_s = startup_timeout_s
         self.ports = [free_port() for _ in range(n)]
         self.replicas: list[ServerProcess | None] = [None] * n
+        self._requested_port = port
         self.front_port = port or free_port()
         self.url = f"http://{LOOPBACK}:{self.front_port}"
         self.haproxy: subprocess.Popen | None = None
@@ -88,6 +90,22 @@ class ReplicaSet:
         for i, p in enumerate(procs):
             self.replicas[i] = p
             p.wait_ready()
+        for attempt in range(1, FRONT_PORT_ATTEMPTS + 1):
+            if self._start_haproxy():
+                return
+            log = (self.workdir / "haproxy.log").read_text()
+            taken = "Address already in use" in log
+            if self._requested_port is not None or not taken or attempt == FRONT_PORT_ATTEMPTS:
+                why = f"port {self.front_port} is in use" if taken else "see the log"
+                raise RuntimeError(f"haproxy did not come up: {why} ({self.workdir / 'haproxy.log'})")
+            # the port chosen for the front was free when chosen, and another process (the engines start in
+            # between) bound it since: choose again
+            self.front_port = free_port()
+            self.url = f"http://{LOOPBACK}:{self.front_port}"
+
+    def _start_haproxy(self) -> bool:
+        """Start HAProxy on ``front_port``; True once the front answers ``/health``, False if it exits or is not
+        up within 30 s (then it is stopped; its log says why)."""
         cfg = self.workdir / "haproxy.cfg"
         cfg.write_text(haproxy_config(self.front_port, self.ports))
         check = subprocess.run(["haproxy", "-c", "-q", "-f", str(cfg)], capture_output=True, text=True)
@@ -100,11 +118,15 @@ class ReplicaSet:
         while True:
             try:
                 if httpx.get(self.url + "/health", timeout=2).status_code == 200:
-                    return
+                    return True
             except httpx.HTTPError:
                 pass
             if self.haproxy.poll() is not None or time.monotonic() > deadline:
-                raise RuntimeError(f"haproxy did not come up; see {self.workdir / 'haproxy.log'}")
+                if self.haproxy.poll() is None:
+                    self.haproxy.terminate()
+                    self.haproxy.wait(10)
+                self._haproxy_log.close()
+                return False
             time.sleep(0.2)
 
     def _spawn(self, i: int) -> _LazyServer:

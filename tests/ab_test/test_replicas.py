@@ -180,3 +180,38 @@ def test_kill_9_of_a_replica_mid_load(store_url: str, tmp_path: Path) -> None:
         f"set up in {started:.1f} s, restart in {restart_s:.1f} s; replies {len(replies)} ({len(after_kill)} "
         f"while r0 was down), outcomes {len(outcomes)}, unacknowledged requests {dict(failures)}"
     )
+
+
+def test_a_front_port_taken_while_the_replicas_start_is_chosen_again(tmp_path: Path, monkeypatch) -> None:
+    """The front port is chosen before the replicas start; a process that binds it meanwhile (an engine's own
+    socket) makes HAProxy exit with "Address already in use". A chosen port is chosen again; a port the user asked
+    for is refused by name."""
+    import socket
+
+    import livethink.replicas as replicas
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen()
+    taken = held.getsockname()[1]
+    calls = iter(range(1_000))
+    real_free_port = replicas.free_port
+    monkeypatch.setattr(replicas, "free_port", lambda: taken if next(calls) == 1 else real_free_port())
+    exp = tmp_path / "exp.yaml"
+    exp.write_text(EXPERIMENT)
+    config = {
+        "models": {"rft": {"path": str(tiny_student_dir())}},
+        "default_model": "rft",
+        "engine": {"kind": "transformers", "max_model_len": 1024, "warmup": False},
+        "auth": {"api_key_env": None, "admin_key_env": None},
+        "experiment": {"file": str(exp)},
+    }
+    store = f"sqlite:///{tmp_path / 'ab.db'}"
+    try:
+        with ReplicaSet(config, 1, tmp_path / "set", store=store, env={"OMP_NUM_THREADS": "1"}) as rs:
+            assert rs.front_port != taken
+            assert httpx.get(rs.url + "/health", timeout=10).status_code == 200
+        with pytest.raises(RuntimeError, match=rf"haproxy did not come up: port {taken} is in use"):
+            ReplicaSet(config, 1, tmp_path / "asked", store=store, port=taken, env={"OMP_NUM_THREADS": "1"})
+    finally:
+        held.close()
