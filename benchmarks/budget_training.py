@@ -36,6 +36,7 @@ from livethink.data.reasoning_format import THINK, ReasoningFormat, saved_format
 from livethink.data.schema import Task
 from livethink.eval.compare import t_interval
 from livethink.rewards import answer_point
+from livethink.rewards.brevity import count_tokens
 from livethink.rewards.parse import split_completion
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -158,7 +159,7 @@ def answer_reach(model_dir: str, completions_path: Path, tasks: dict[str, Task])
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     rows = [json.loads(line) for line in completions_path.read_text().splitlines() if line.strip()]
-    points = answer_tokens(rows, tasks, lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]),
+    points = answer_tokens(rows, tasks, functools.partial(count_tokens, tokenizer=tokenizer),
                            saved_format(model_dir) or THINK)
     return {"answer_within_cap": share_within(points, TARGET_CAP), "answer_tokens_median": float(statistics.median(points))}
 

@@ -13,6 +13,7 @@ it rewards what AnytimeReasoner's forced replies at several cuts reward (arXiv 2
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 import torch
@@ -22,6 +23,7 @@ from livethink.length_rl.registry import Variant, register_variant
 from livethink.length_rl.rewards import CORRECTNESS, HELPFULNESS, Scored
 from livethink.rewards.adapters import tasks_from_columns
 from livethink.rewards.answer_point import answer_tokens
+from livethink.rewards.brevity import count_tokens
 from livethink.rewards.parse import split_completion
 
 POSITIVES = ("correct", "correct_helpful")
@@ -83,16 +85,15 @@ class Drpo(Variant):
                 raise ValueError(f"drpo_weight_by: answer_point counts thinking tokens, and "
                                  f"{self.cfg.model_name_or_path} does not think (reasoning format "
                                  f"{self.fmt.describe()}: {why}); use drpo_weight_by: length")
+            self.count_tokens = partial(count_tokens, tokenizer=trainer.text_tokenizer)
         self.answer_tokens: torch.Tensor | None = None
 
     def postprocess_rewards(self, trainer: Any, scored: Scored) -> torch.Tensor:
         if self.fmt is not None:  # this process's rows, which postprocess_batch hands to the loss
-            tokenizer = trainer.text_tokenizer
             columns = {key: [row[key] for row in scored.inputs] for key in scored.inputs[0]}
             tasks = tasks_from_columns(len(scored.completions), columns)
             self.answer_tokens = torch.tensor([
-                answer_tokens(task, split_completion(completion, self.fmt)[0],
-                              lambda text: len(tokenizer(text, add_special_tokens=False)["input_ids"]))
+                answer_tokens(task, split_completion(completion, self.fmt)[0], self.count_tokens)
                 for task, completion in zip(tasks, scored.completions, strict=True)], dtype=torch.float32)
             trainer.log_metric("drpo/answer_tokens", float(self.answer_tokens.mean()))
         return scored.rewards
