@@ -64,7 +64,7 @@ class EngineConfig(_Strict):
     transformers_dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     transformers_device: str = "auto"  # the accelerator if torch sees one, else cpu; or e.g. "cpu", "cuda:1"
     max_model_len: int = Field(default=1024, ge=64)
-    enforce_eager: bool = True
+    enforce_eager: bool = True  # no CUDA graphs (vLLM's, and the transformers engine's captured decode step)
     kv_cache_gib: int | None = Field(default=1, gt=0)  # VLLM_CPU_KVCACHE_SPACE (whole GiB, as vLLM reads it)
     gpu_memory_utilization: float | None = Field(default=None, gt=0, le=1)
     tensor_parallel_size: int = Field(default=1, ge=1)

@@ -70,6 +70,7 @@ def _transformers_set(config: ServeConfig) -> EngineSet:
         engines[name] = TransformersEngine(
             name, path, spec.lora, config.engine.transformers_dtype, config.engine.transformers_threads,
             calculator=config.engine.calculator, device=config.engine.transformers_device,
+            cuda_graph=not config.engine.enforce_eager, max_len=config.engine.max_model_len,
             reasoning=spec.reasoning if spec.path is not None else config.models[spec.base].reasoning,
         )
         keys[name] = name

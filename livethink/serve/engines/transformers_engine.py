@@ -1,5 +1,6 @@
 """Fallback engine on plain transformers: a background thread runs a manual decode loop (KV cache, one request
-at a time), so it works wherever transformers does (no vLLM, or a vLLM that cannot load the model).
+at a time), so it works wherever transformers does (no vLLM, or a vLLM that cannot load the model). On a CUDA
+device with ``cuda_graph`` the decode step is replayed from a captured CUDA graph (``decoders.GraphDecoder``).
 
 The loop checks, before every token, the request's cancel flag (``abort`` / a cancelled iterator) and the
 thinking budget: at the cap or the thinking deadline it feeds the model's forced reasoning end (``\\n</think>\\n\\n``
@@ -31,6 +32,7 @@ from livethink.serve.engines.base import (
     ThinkingGuard,
     single_token_id,
 )
+from livethink.serve.engines.decoders import DynamicDecoder, GraphCaptureError, GraphDecoder
 
 log = logging.getLogger(__name__)
 _DONE = object()
@@ -81,6 +83,8 @@ class TransformersEngine:
         calculator: bool = False,
         device: str = "auto",
         reasoning: Any = "auto",
+        cuda_graph: bool = False,
+        max_len: int = 1024,
     ):
         self.name = name
         self.models = (name,)
@@ -92,6 +96,11 @@ class TransformersEngine:
         self.device = device  # resolved at load: "auto" is the accelerator if torch sees one, else cpu
         self.reasoning = reasoning  # the config's setting; resolved at load into ``reasoning_format``
         self.reasoning_format: ReasoningFormat = THINK
+        self.cuda_graph = cuda_graph  # capture the decode step on a CUDA device
+        self.max_len = max_len  # the captured step's cache positions (prompt + reply); longer requests decode eagerly
+        self.decode = "eager"  # how tokens are decoded, and why (engine stats)
+        self._graph: GraphDecoder | None = None
+        self._eager_long = 0  # requests too long for the captured step's cache
         self._jobs: queue.Queue = queue.Queue()
         self._active: dict[str, _Job] = {}
         self._running = 0
@@ -128,6 +137,21 @@ class TransformersEngine:
         self._eos.discard(None)
         if self.calculator:
             self._calc_ids = result_char_token_ids(self.tokenizer)
+        self._graph, self.decode = self._capture_decode()
+
+    def _capture_decode(self) -> tuple[GraphDecoder | None, str]:
+        if not self.cuda_graph:
+            return None, "eager"
+        if not str(self.device).startswith("cuda"):
+            why = f"eager (CUDA graphs need a CUDA device; this engine is on {self.device})"
+            log.warning("%s: %s", self.name, why)
+            return None, why
+        try:
+            return GraphDecoder(self.model, self.max_len, capture=True), "cuda_graph"
+        except GraphCaptureError as exc:
+            why = f"eager (the decode step could not be captured as a CUDA graph: {exc})"
+            log.warning("%s: %s", self.name, why)
+            return None, why
 
     async def stop(self) -> None:
         for job in list(self._active.values()):
@@ -183,7 +207,7 @@ class TransformersEngine:
                               count=prefilled[1] if prefilled else 0)
         decoder = _IncrementalDecoder(self.tokenizer)
         text_so_far = ""
-        cache = None
+        model = self._decoder(len(req.prompt_token_ids) + budget.max_tokens + len(self._end_ids))
         pending = list(req.prompt_token_ids)  # tokens to feed with the next forward pass
         sequence = list(req.prompt_token_ids)  # everything so far (the calculator reads its tail)
         produced, limit, finish = 0, budget.max_tokens, "length"
@@ -203,10 +227,7 @@ class TransformersEngine:
                     limit = produced + budget.reply_reserve
                 if produced >= limit:
                     break
-                out = self.model(input_ids=torch.tensor([pending], device=self.device), past_key_values=cache,
-                                 use_cache=True)
-                cache = out.past_key_values
-                logits = out.logits[0, -1].float().cpu()  # sampled on the host: the next step needs the token there
+                logits = model.feed(pending).float().cpu()  # sampled on the host: the next step needs the token there
                 if opts.ignore_eos or produced < opts.min_tokens:
                     logits[list(self._eos)] = float("-inf")
                 if thinking:  # once thinking is open it is not opened again (livethink.data.budget_forcing)
@@ -236,6 +257,14 @@ class TransformersEngine:
                     finish = "stop"
                     break
         job.put(Delta("", 0, finish_reason=finish, thinking_tokens=guard.count))
+
+    def _decoder(self, positions: int) -> DynamicDecoder | GraphDecoder:
+        """The captured step when a sequence of ``positions`` fits its cache, else the eager loop."""
+        if self._graph is not None:
+            if self._graph.fits(positions):
+                return self._graph.begin()
+            self._eager_long += 1
+        return DynamicDecoder(self.model, self.device)
 
     # -- async API --------------------------------------------------------------------------------------
     async def generate(self, request: GenerationRequest, budget: TokenBudget) -> AsyncIterator[Delta]:
@@ -271,7 +300,8 @@ class TransformersEngine:
     def stats(self) -> EngineStats:
         unfinished = int(self._busy) + self._jobs.qsize()
         return EngineStats(
-            self.kind, self.models, self._running, unfinished, self._aborts, {"queued": self._jobs.qsize()}
+            self.kind, self.models, self._running, unfinished, self._aborts,
+            {"queued": self._jobs.qsize(), "decode": self.decode, "eager_too_long": self._eager_long},
         )
 
 
