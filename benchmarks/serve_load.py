@@ -274,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
                 sweep_rate, sweep_rate_source = deployment_rate(load[:-1], unloaded, dl)
             sweep_rows += sweep_deployment_loaded(server.url, tasks, deadlines, names, assign, sweep_rate,
                                                   n_sweep * len(names), args.seed + 200)
-        dep["controller"] = httpx.get(f"{server.url}/v1/admin/status", timeout=10).json()["controller"]
+        status = httpx.get(f"{server.url}/v1/admin/status", timeout=10).json()
+        dep["controller"], dep["engines"] = status["controller"], status["engines"]
     finally:
         server.close()
     result["deployment"] = dep

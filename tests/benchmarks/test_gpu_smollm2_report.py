@@ -44,7 +44,8 @@ def test_report_tables_come_from_the_run_files(tmp_path):
     (out / "serve_load_gpu_smollm2.json").write_text(json.dumps({
         "command": "python benchmarks/serve_load.py --tag gpu_smollm2", "environment": {"cpus": 16},
         "deployment": {"controller": {"rft": {"capacity": 1, "observations": 28, "estimated_tpot_ms": 49.5,
-                                              "estimated_tpot_hi_ms": 81.5}}},
+                                              "estimated_tpot_hi_ms": 81.5}},
+                       "engines": {"rft": {"decode": "cuda_graph"}}},
         "deadline_sweep": {"load_rate": 2.0, "rows": [
             {"server": "livethink", "model": "budget64", "load": "unloaded", "deadline_ms": 1000, "sent": 8, "good": 2,
              "goodput": 0.25, "goodput_ci95": [0.07, 0.59], "fallback": 1, "refused": 0, "late": 0,
@@ -52,6 +53,12 @@ def test_report_tables_come_from_the_run_files(tmp_path):
             {"server": "vllm", "model": "rft", "load": "unloaded", "deadline_ms": 1000, "sent": 8, "good": 0,
              "goodput": 0.0, "goodput_ci95": [0.0, 0.3], "fallback": 0, "refused": 0, "late": 8,
              "client_ms": {"p50": 1700.0, "p95": 1950.0}}]}}))
+    (out / "decode_speed_gpu_smollm2.json").write_text(json.dumps({
+        "command": "python benchmarks/decode_speed.py --tag gpu_smollm2", "tokens": 64, "reps": 3, "modes": [
+            {"mode": "eager", "decode": "eager", "ms_per_token_p50": 45.1, "ms_per_token_min": 44.0,
+             "ms_per_token_max": 47.2},
+            {"mode": "cuda_graph", "decode": "cuda_graph", "ms_per_token_p50": 2.5, "ms_per_token_min": 2.4,
+             "ms_per_token_max": 2.7}]}))
 
     assert report.main(["--runs", str(runs), "--out", str(out)]) == 0
     md = (out / "gpu_smollm2.md").read_text()
@@ -59,7 +66,9 @@ def test_report_tables_come_from_the_run_files(tmp_path):
     assert "38.2 s, 6.5 steps/s; 2 logged losses, all finite: True (first 2.5, last 0.75)" in md
     assert "rollout mean length per step (tokens): 140, 120" in md
     assert "- 2 steps, 20.0 s of training (31.0 s with loading)" in md and "seconds per step: 20.5, 20.5" in md
-    assert "Engine `rft` as its controller measured it: capacity 1, 49.5 ms per token (tail 81.5 ms)" in md
+    assert ("Engine `rft` as its controller measured it: capacity 1, 49.5 ms per token (tail 81.5 ms) after 28 "
+            "observations; decoding: cuda_graph." in md)
+    assert "| eager | eager | 45.1 [44.0, 47.2] |" in md and "| cuda_graph | cuda_graph | 2.5 [2.4, 2.7] |" in md
     assert "| rft | 200 | 5.0 | 10.0 | 28.0 | 30.0 | 20.0 | 150.0 | 128 | 900.0 |" in md
     assert "| budget64 | 200 | 10.0 | 27.0 | 29.0 | 29.0 | 20.0 | 150.0 | 64 | 900.0 |" in md
     assert "| budget64 | unloaded | 1000 | 8 | 25.0 [7.0, 59.0] | 1 | 0 | 0 | 700.0 / 950.0 |" in md
