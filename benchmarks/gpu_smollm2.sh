@@ -25,10 +25,11 @@
 #   STAGE_TIMEOUT=600 seconds per stage, or TIMEOUT_<stage> for one (TIMEOUT_rft, TIMEOUT_eval_budget64, ...)
 # Each stage logs to $RUNS/logs/<stage>.log and appends {stage, wall_s, rc, command} to $RUNS/times.jsonl; a stage
 # stopped at its timeout gets rc 124, and the later stages run on what exists.
-# Measured on one H200 (benchmarks/results/gpu_smollm2.md): setup 37 s; RFT 110 steps 80 s (2.4 steps/s); stage 2
-# 32 steps in 192 s (about 40 s per rollout of 256 completions, 0.2 s per optimizer step); the cap-curve eval of 100
-# tasks 92 s (each one-at-a-time latency probe, EVAL_PROBES, adds about 17 s: ~45 ms per token, the transformers
-# decode loop is launch-bound on a GPU); serve 88 s. Every stage with these defaults: about 10 minutes.
+# Measured on one H200 (benchmarks/results/gpu_smollm2.md): setup 56 s; RFT 110 steps 99 s; decode 37 s; the cap-curve
+# eval of 100 tasks 88-105 s (each one-at-a-time latency probe, EVAL_PROBES, adds about 17 s); stage 2 about 58 s per
+# rollout of 256 completions and 0.2 s per optimizer step (16 steps: 142 s); serve, both students, 123 s. Every stage
+# with these defaults (32 steps) takes about 13 minutes: more than one 10-minute call of a lent GPU, so name the
+# stages over two calls on the same machine (`... setup rft decode eval_rft grpo`, then `... eval_budget serve report`).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 
