@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 import sys
 from argparse import RawDescriptionHelpFormatter
 
@@ -86,10 +87,29 @@ def main(argv: list[str] | None = None) -> int:
     )
     # an engine whose restart budget is spent stops the server; the exit code (4) tells its supervisor
     app.state.request_exit = lambda: setattr(server, "should_exit", True)
-    server.run()
+    try:  # the port is held before the engines start: their own sockets cannot take it meanwhile
+        sock = listening_socket(config.server.host, config.server.port)
+    except OSError as exc:
+        print(f"livethink serve: cannot listen on {config.server.host}:{config.server.port}: {exc.strerror or exc}",
+              file=sys.stderr)
+        return 3
+    server.run(sockets=[sock])
     if not server.started:
         return 3
     return app.state.exit_code
+
+
+def listening_socket(host: str, port: int) -> socket.socket:
+    """A TCP socket bound to ``host:port`` (as uvicorn binds it: SO_REUSEADDR), for ``uvicorn.Server.run``."""
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    try:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+    except OSError:
+        sock.close()
+        raise
+    return sock
 
 
 if __name__ == "__main__":

@@ -89,3 +89,27 @@ def test_engine_kind_auto_says_why_it_fell_back(tmp_path):
         assert _livestream(server.url).status_code == 200
     finally:
         server.close()
+
+
+def test_a_port_in_use_is_refused_before_the_engines_start(tmp_path):
+    """`livethink serve` binds its port first: a taken port is named at once (exit 3), no engine is loaded, and no
+    engine's own socket can take the port while the engines start."""
+    import socket
+    import subprocess
+    import sys
+    import time
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    port = holder.getsockname()[1]
+    try:
+        t0 = time.monotonic()
+        done = subprocess.run([sys.executable, "-m", "livethink.cli", "serve", "--config", "configs/tiny/serve.yaml",
+                               "--port", str(port)], capture_output=True, text=True, timeout=120)
+        assert done.returncode == 3, done.stderr[-2000:]
+        assert f"livethink serve: cannot listen on 127.0.0.1:{port}: Address already in use" in done.stderr
+        assert "Traceback" not in done.stderr and "engine" not in done.stderr.lower()
+        assert time.monotonic() - t0 < 60
+    finally:
+        holder.close()
