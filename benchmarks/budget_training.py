@@ -214,6 +214,14 @@ def verdicts(model: dict[str, Any], rft: dict[str, Any]) -> dict[str, dict[str, 
     }
 
 
+def target_tally(targets: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
+    """Over one method's seeds (``verdicts`` per seed): the seeds that meet every target, and per target the seeds
+    that meet it."""
+    names = next(iter(targets.values())).keys() if targets else ()
+    return {"seeds": len(targets), "all_met": [s for s, v in targets.items() if all(t["met"] for t in v.values())],
+            "met_by_target": {n: [s for s, v in targets.items() if v[n]["met"]] for n in names}}
+
+
 def interval(values: list[float]) -> dict[str, float | None]:
     mean, low, high = t_interval(values)
     return {"mean": mean, "low": low, "high": high, "values": values}
@@ -291,6 +299,16 @@ def markdown(report: dict[str, Any]) -> str:
         return f"{value} {'✓' if x['met'] else '✗'}"
 
     by_method = report.get("targets_by_method") or {BUDGET_METHOD: report["targets"]}
+    short = {"correct_at_64_vs_rft_uncapped": f"C at {TARGET_CAP}", "floor_tokens": "floor",
+             "uncapped_correct": "uncapped C", "uncapped_helpful": "H", "token_reduction": "tokens"}
+    lines += ["", "## Seeds that meet the targets", "",
+              "Per method trained for the cut: the seeds that meet every target, and per target the seeds that meet "
+              "it.", "", "| method | every target | " + " | ".join(short.values()) + " |", "|---|---|" + "---|" * len(short)]
+    for method, targets in by_method.items():
+        tally = target_tally(targets)
+        cells = [tally["all_met"], *(tally["met_by_target"][name] for name in short)]
+        lines.append(f"| {method} | " + " | ".join(f"{len(seeds)} of {tally['seeds']} ({', '.join(seeds) or 'none'})"
+                                                   for seeds in cells) + " |")
     for method, targets in by_method.items():
         lines += ["", f"## Targets of the budget-trained student ({method}), per seed", "",
                   f"Against the RFT student `{meta.get('rft_dir', 'runs/tiny/rft/final')}` (uncapped "
@@ -380,6 +398,7 @@ def main(argv: list[str] | None = None) -> int:
                               for m in methods if m in BUDGET_METHODS},
         "runs": runs,
     }
+    report["target_tally"] = {m: target_tally(t) for m, t in report["targets_by_method"].items()}
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "budget_training.json").write_text(json.dumps(report, indent=2) + "\n")

@@ -75,6 +75,21 @@ def test_aggregate_over_seeds_and_the_report():
     assert "Against the RFT student `runs/tiny/rft_early/final` (uncapped 50.0% correct" in text
     assert "| 1 | 44.0% ✗ (≥ 45.0%) | 32 ✓" in text
     assert "1 runs trained and 2 models evaluated here" in text
+    # how many seeds meet every target, and each target
+    assert "| drpo_budget | 0 of 1 (none) | 0 of 1 (none) | 1 of 1 (0) | 1 of 1 (0) | 1 of 1 (0) | 1 of 1 (0) |" in text
+    assert "| drpo_budget64 | 0 of 1 (none) | 0 of 1 (none) | 1 of 1 (1) |" in text
+
+
+def test_target_tally_counts_the_seeds_that_meet_each_target():
+    targets = {"0": bench.verdicts(model(0.45, 0.49, 0.41, 110.0, 64), RFT),  # meets all
+               "1": bench.verdicts(model(0.45, 0.47, 0.41, 110.0, 96), RFT),  # uncapped C and floor miss
+               "2": bench.verdicts(model(0.44, 0.49, 0.41, 121.0, 64), RFT)}  # C at 64 and tokens miss
+    tally = bench.target_tally(targets)
+    assert tally["seeds"] == 3 and tally["all_met"] == ["0"]
+    assert tally["met_by_target"] == {"correct_at_64_vs_rft_uncapped": ["0", "1"], "floor_tokens": ["0", "2"],
+                                      "uncapped_correct": ["0", "2"], "uncapped_helpful": ["0", "1", "2"],
+                                      "token_reduction": ["0", "1"]}
+    assert bench.target_tally({}) == {"seeds": 0, "all_met": [], "met_by_target": {}}
 
 
 def test_a_method_after_another_starts_from_that_methods_student_of_the_same_seed(tmp_path, monkeypatch):
