@@ -163,8 +163,9 @@ REFUSAL_WINDOW_S = 15.0  # /health's window (budget.refusal_window_s; 60 s by de
 @pytest.mark.timeout(420)
 @pytest.mark.skipif(importlib.util.find_spec("vllm") is None, reason="vllm not installed")
 def test_after_a_burst_the_two_arm_deployment_answers_again(tmp_path: Path):
-    """The lock-out: two arms (two vLLM engines) with a thinking floor of 192 tokens at 2,500 ms (the calibrated
-    floor of the demo students), which fits on an idle engine but not under load. A 6 s burst at 16 requests/s
+    """The lock-out: two arms (two vLLM engines) with a thinking floor of 128 tokens at 2,500 ms (the calibrated
+    floor of the demo's RFT student), which fits on an idle engine (up to ~13 ms per token, with the reply reserve)
+    but not under load. A 6 s burst at 16 requests/s
     (enough to overload two engines of a student that never stops thinking on a fast, idle machine too), then one
     request at a time from 5 s after the burst (8 of them, or 30 s): all answered, and /health ok once the
     burst's refusals leave its refusal window (15 s here)."""
@@ -173,8 +174,8 @@ def test_after_a_burst_the_two_arm_deployment_answers_again(tmp_path: Path):
     exp = tmp_path / "exp.yaml"
     exp.write_text(EXPERIMENT)
     config = {
-        "models": {"rft": {"path": str(tiny_student_dir()), "min_thinking_tokens": 192},
-                   "drpo": {"path": str(second), "min_thinking_tokens": 192}},
+        "models": {"rft": {"path": str(tiny_student_dir()), "min_thinking_tokens": 128},
+                   "drpo": {"path": str(second), "min_thinking_tokens": 128}},
         "default_model": "rft",
         "engine": {"kind": "vllm", "max_model_len": 1024, "kv_cache_gib": 1, "max_concurrency": 24},
         "endpoints": {"livestream": {"below_min_thinking": "shed"}},
