@@ -24,7 +24,7 @@ from typing import Any
 
 from ab_common import machine, publish
 
-from livethink.serve.budget import TokenBudget
+from livethink.serve.budget.plan import TokenBudget
 from livethink.serve.engines.base import GenerationRequest, SamplingOptions
 from livethink.serve.engines.transformers_engine import TransformersEngine
 

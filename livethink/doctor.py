@@ -30,12 +30,12 @@ def engine_choice() -> str:
 
 def serve_report(config_path: str) -> list[str]:
     """Lines about a serve config: the engine ``engine.kind`` leads to (and why), each model's reasoning format,
-    thinking floor and what a request below it gets per endpoint, and why (``livethink.serve.quality``)."""
+    thinking floor and what a request below it gets per endpoint, and why (``livethink.serve.request_path.quality``)."""
     from livethink.data.reasoning_format import resolve
     from livethink.engines import kv_cache_env
     from livethink.models.loading import load_tokenizer_for
     from livethink.serve.config import load_config
-    from livethink.serve.quality import below_floor_summary, floor_for
+    from livethink.serve.request_path.quality import below_floor_summary, floor_for
 
     config = load_config(config_path)
     lines = []

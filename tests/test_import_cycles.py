@@ -154,3 +154,53 @@ def test_livethink_has_no_import_cycles():
     found = cycles(graph)
     if found:
         pytest.fail("import cycles (deferred imports included):\n" + "\n".join(" → ".join(c) for c in found))
+
+
+# ``livethink.serve``'s sub-packages, bottom to top: each may import only the ones before it (and the top-level
+# ``config``, ``errors`` and ``protocol`` modules); the package docstrings say the same.
+SERVE_LAYERS = ("budget", "engines", "telemetry", "request_path", "api")
+SERVE_SHARED = {"livethink.serve", "livethink.serve.config", "livethink.serve.errors", "livethink.serve.protocol"}
+
+
+def layer_violations(graph: dict[str, set[str]], layers: tuple[str, ...] = SERVE_LAYERS) -> list[str]:
+    """``importer → imported`` for every import of a serve sub-package into one listed before it (or into a
+    top-level module other than ``config`` and ``errors``)."""
+    prefix = f"{PACKAGE}.serve."
+    rank = {layer: i for i, layer in enumerate(layers)}
+
+    def layer_of(module: str) -> str | None:
+        if not module.startswith(prefix):
+            return None
+        head = module[len(prefix):].split(".")[0]
+        return head if head in rank else None
+
+    found = []
+    for importer, imported in sorted(graph.items()):
+        own = layer_of(importer)
+        if own is None:
+            continue
+        for target in sorted(imported):
+            theirs = layer_of(target)
+            if theirs is None:
+                if target.startswith(prefix) and target not in SERVE_SHARED:
+                    found.append(f"{importer} → {target}")
+            elif theirs != own and rank[theirs] > rank[own]:
+                found.append(f"{importer} → {target}")
+    return found
+
+
+def test_layer_check_on_a_hand_made_graph():
+    graph = {
+        "livethink.serve.budget.plan": {"livethink.serve.config"},
+        "livethink.serve.engines.base": {"livethink.serve.budget.plan"},
+        "livethink.serve.budget.controller": {"livethink.serve.engines.base", "livethink.serve.dry_run"},
+    }
+    assert layer_violations(graph) == [
+        "livethink.serve.budget.controller → livethink.serve.dry_run",
+        "livethink.serve.budget.controller → livethink.serve.engines.base",
+    ]
+
+
+def test_serve_sub_packages_import_only_the_layers_below():
+    found = layer_violations(import_graph())
+    assert not found, "imports against livethink.serve's layering:\n" + "\n".join(found)

@@ -1,7 +1,7 @@
 """The contract between the server and the A/B package: what serving reads from an arm, what it records about
 a reply, the per-experiment hooks it calls and the header that marks simulated traffic.
 
-``livethink.serve.hooks`` programs against these types only; a platform can plug in its own experimentation
+``livethink.serve.telemetry.ab_hooks`` programs against these types only; a platform can plug in its own experimentation
 system by implementing ``ExperimentHooksProtocol``. Errors the hooks raise are ``livethink.ab_test.errors``
 (the server turns them into HTTP answers in one place).
 """

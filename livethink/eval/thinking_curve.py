@@ -7,7 +7,7 @@ forced end follows, and the model writes its reply from those token ids with the
 completion whose thinking closes before ``c`` is unchanged. The model's minimum thinking budget is the smallest cap
 whose correctness reaches ``ratio`` times the uncapped one: below it, a forced reply is wrong more often. Below the
 floor the server sheds, falls back or answers per endpoint; its default (``auto``) reads this curve's correctness at
-the request's cap (``livethink.serve.quality``).
+the request's cap (``livethink.serve.request_path.quality``).
 
 The result is saved beside the checkpoint as ``thinking_calibration.json`` and read by the server.
 """

@@ -39,7 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--openapi", metavar="FILE", help="write the OpenAPI document to FILE ('-': stdout) and exit")
     args = parser.parse_args(argv)
     if args.openapi:
-        from livethink.serve.openapi import main as write_openapi
+        from livethink.serve.api.openapi import main as write_openapi
 
         return write_openapi([] if args.openapi == "-" else ["--out", args.openapi])
     if not args.config:
@@ -66,8 +66,8 @@ def main(argv: list[str] | None = None) -> int:
 
     import uvicorn
 
-    from livethink.serve.app import create_app
-    from livethink.serve.clock import uvicorn_http
+    from livethink.serve.api.app import create_app
+    from livethink.serve.api.clock import uvicorn_http
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     level = config.server.log_level

@@ -16,8 +16,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_valida
 
 from livethink.data.budget_forcing import REPLY_RESERVE
 from livethink.data.reasoning_format import parse_setting
-from livethink.serve.budget import BudgetPolicy
-from livethink.serve.controller import EstimatorSettings
+from livethink.serve.budget.controller import EstimatorSettings
+from livethink.serve.budget.plan import BudgetPolicy
 
 
 class ConfigError(ValueError):
@@ -79,7 +79,7 @@ class EngineConfig(_Strict):
     warmup: bool = True  # a few short generations at start seed the latency estimates
     nice: int = Field(default=10, ge=0, le=39)  # engine processes run this much nicer than the front end
     calculator: bool = False  # digits after a written-out sum's "=" come from a calculator (livethink.calculator)
-    # supervision (livethink.serve.supervisor): a dead or wedged engine is restarted, its requests get 503
+    # supervision (livethink.serve.engines.supervisor): a dead or wedged engine is restarted, its requests get 503
     supervise: bool = True
     health_poll_s: float = Field(default=0.5, gt=0, le=10)  # liveness poll of each engine
     restart_max: int = Field(default=3, ge=0)  # restarts within restart_window_s; one more: the process exits 4
@@ -99,8 +99,8 @@ class EngineConfig(_Strict):
         return self
 
     def supervision(self) -> Any:
-        """The supervisor's policy (``livethink.serve.supervisor.Policy``)."""
-        from livethink.serve.supervisor import Policy
+        """The supervisor's policy (``livethink.serve.engines.supervisor.Policy``)."""
+        from livethink.serve.engines.supervisor import Policy
 
         return Policy(
             poll_s=self.health_poll_s,
@@ -177,7 +177,7 @@ class EndpointConfig(_Strict):
         default=1, ge=1
     )  # engine deltas every n tokens (non-streamed replies: larger)
     # the model's thinking floor unmet: auto (per model and request from its calibration curve: answer while
-    # a forced reply can be right, else the fallback reply; livethink.serve.quality.below_floor_action),
+    # a forced reply can be right, else the fallback reply; livethink.serve.request_path.quality.below_floor_action),
     # shed (429), fallback (the fallback reply) or answer (a forced reply)
     below_min_thinking: Literal["auto", "shed", "fallback", "answer"] = "auto"
 

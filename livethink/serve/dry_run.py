@@ -147,7 +147,7 @@ def _check_writable_dir(path: Path, field: str, found: _Findings) -> None:
 def _thinking_floors(config: ServeConfig, models: dict[str, Any], found: _Findings) -> dict[str, Any]:
     """Each model's thinking floor (configured, calibrated or none), and what a request below it gets per
     endpoint (the shape of ``/health``'s ``below_min_thinking``)."""
-    from livethink.serve.quality import below_floor_report, floor_for
+    from livethink.serve.request_path.quality import below_floor_report, floor_for
 
     floors = {}
     for name, entry in models.items():

@@ -1,4 +1,4 @@
-"""The server's A/B adapter (``livethink.serve.hooks``) over a real SQLite store: typed arm choices, and every A/B
+"""The server's A/B adapter (``livethink.serve.telemetry.ab_hooks``) over a real SQLite store: typed arm choices, and every A/B
 error answered as the client's ``APIError`` by ``client_errors``."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from livethink.ab_test.experiment import parse_experiment
 from livethink.ab_test.hooks import open_hooks
 from livethink.ab_test.serving import ResponseRecord
 from livethink.serve.errors import APIError
-from livethink.serve.hooks import ABTestHooks, ArmChoice, NoExperiment, client_errors
+from livethink.serve.telemetry.ab_hooks import ABTestHooks, ArmChoice, NoExperiment, client_errors
 
 EXP = parse_experiment(
     {

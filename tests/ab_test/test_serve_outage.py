@@ -11,7 +11,7 @@ import httpx
 
 from livethink.ab_test.pg_cluster import LocalPostgres
 from livethink.ab_test.store import EventStore
-from livethink.serve.app import create_app
+from livethink.serve.api.app import create_app
 from tests.support.serve import LIVE_BODY, ServerThread, make_config, tiny_student_dir
 
 EXPERIMENT = """

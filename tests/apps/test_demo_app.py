@@ -22,7 +22,7 @@ from apps.demo.client import (
     _error_from_response,
 )
 from livethink.data.schema import ProductDoc
-from livethink.serve.app import create_app
+from livethink.serve.api.app import create_app
 from tests.support.serve import (
     LIVE_BODY,
     ServerThread,

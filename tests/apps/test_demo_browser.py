@@ -91,7 +91,7 @@ def stack(tmp_path_factory):
     if find_chromium() is None:
         pytest.skip("Debian chromium / chromium-driver not installed (`make chromium` or "
                     "`apt-get install -y chromium chromium-driver`)")  # fmt: skip
-    from livethink.serve.app import create_app
+    from livethink.serve.api.app import create_app
 
     tmp = tmp_path_factory.mktemp("demo")
     student = tiny_student_dir()

@@ -141,7 +141,7 @@ def test_with_calculator_wraps_generate_for_callers_like_trl(student):
 
 
 def test_serving_engine_uses_the_calculator(student):
-    from livethink.serve.budget import TokenBudget
+    from livethink.serve.budget.plan import TokenBudget
     from livethink.serve.engines.base import GenerationRequest, SamplingOptions
     from livethink.serve.engines.transformers_engine import TransformersEngine
 

@@ -29,10 +29,10 @@ CAPS = (16, 0)
 def test_server_and_eval_force_the_same_reply_at_a_cap(monkeypatch):
     from livethink.eval.generation import VLLMGenerator
     from livethink.eval.harness import thinking_cap_prompts
-    from livethink.serve.budget import TokenBudget
+    from livethink.serve.budget.plan import TokenBudget
     from livethink.serve.engines.base import GenerationRequest, SamplingOptions
     from livethink.serve.engines.vllm_engine import VLLMEngine, VLLMSettings
-    from livethink.serve.service import Service
+    from livethink.serve.request_path.service import Service
 
     model, task = tiny_student_dir(), liveshop_test_tasks()[0]
 

@@ -176,7 +176,7 @@ def test_serve_transformers_engine_on_cuda(tiny):
     budgeted reply there (bf16), the token sampled on the host each step."""
     import asyncio
 
-    from livethink.serve.budget import TokenBudget
+    from livethink.serve.budget.plan import TokenBudget
     from livethink.serve.config import parse_config
     from livethink.serve.engines import build_engines
     from livethink.serve.engines.base import GenerationRequest, SamplingOptions
@@ -234,7 +234,7 @@ def test_serve_transformers_engine_replays_a_cuda_graph(tiny):
     tokens, budget forcing included, as the same static-cache step run eagerly."""
     import asyncio
 
-    from livethink.serve.budget import TokenBudget
+    from livethink.serve.budget.plan import TokenBudget
     from livethink.serve.engines.base import GenerationRequest, SamplingOptions
     from livethink.serve.engines.decoders import GraphDecoder
     from livethink.serve.engines.transformers_engine import TransformersEngine

@@ -10,7 +10,25 @@ from pathlib import Path
 
 import pytest
 
-from livethink.serve.budget import (
+from livethink.serve.budget.controller import (
+    BudgetController,
+    EngineEstimator,
+    EstimatorSettings,
+    QueueState,
+    tail_factor,
+)
+from livethink.serve.budget.estimates import (
+    CurveSettings,
+    Decayed,
+    LevelCurve,
+    ReplyLengths,
+    decayed_update,
+    interpolate,
+    load_level,
+    quantile,
+    stream_timing,
+)
+from livethink.serve.budget.plan import (
     BudgetPolicy,
     Estimates,
     Reject,
@@ -22,29 +40,11 @@ from livethink.serve.budget import (
     time_needed,
     token_capacity,
 )
+from livethink.serve.budget.slots import SlotQueue, queue_wait
 from livethink.serve.config import ConfigError, load_config, parse_config
-from livethink.serve.controller import (
-    BudgetController,
-    EngineEstimator,
-    EstimatorSettings,
-    QueueState,
-    tail_factor,
-)
 from livethink.serve.dry_run import dry_run
 from livethink.serve.errors import overloaded, validation_error
-from livethink.serve.estimates import (
-    CurveSettings,
-    Decayed,
-    LevelCurve,
-    ReplyLengths,
-    decayed_update,
-    interpolate,
-    load_level,
-    quantile,
-    stream_timing,
-)
-from livethink.serve.reasoning import ThinkSplitter, usable_reply
-from livethink.serve.slots import SlotQueue, queue_wait
+from livethink.serve.request_path.reasoning import ThinkSplitter, usable_reply
 
 ROOT = Path(__file__).resolve().parents[2]
 EST = Estimates(wait=0.0, ttft=0.05, tpot=0.01)
@@ -428,7 +428,7 @@ def test_cli_dry_run_exit_codes(tmp_path):
 
 
 def test_plan_leaves_room_for_the_forced_end():
-    from livethink.serve.budget import BudgetPolicy, Estimates, plan_budget
+    from livethink.serve.budget.plan import BudgetPolicy, Estimates, plan_budget
 
     policy = BudgetPolicy(margin_s=0.0, reply_reserve=10, min_reply_tokens=4, max_thinking_tokens=500, max_tokens=500)
     est = Estimates(wait=0.0, ttft=0.0, tpot=0.01)

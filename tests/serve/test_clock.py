@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from livethink.serve.app import create_app
-from livethink.serve.clock import Clock, arrival_time
-from livethink.serve.controller import decaying_max
-from livethink.serve.priority import deprioritize_children, target_nice
+from livethink.serve.api.app import create_app
+from livethink.serve.api.clock import Clock, arrival_time
+from livethink.serve.budget.controller import decaying_max
+from livethink.serve.engines.priority import deprioritize_children, target_nice
 from tests.support.serve import (
     ServerThread,
     SlowEngine,
@@ -125,8 +125,8 @@ def test_server_latency_matches_the_clients_on_a_loaded_server():
 
 
 def test_cold_factor_fades_and_slots_open_one_per_reply():
-    from livethink.serve.controller import cold_factor
-    from livethink.serve.slots import SlotQueue
+    from livethink.serve.budget.controller import cold_factor
+    from livethink.serve.budget.slots import SlotQueue
 
     assert [cold_factor(n, 2.0, 4) for n in (0, 1, 2, 4, 9)] == [2.0, 1.75, 1.5, 1.0, 1.0]
     assert cold_factor(0, 3.0, 0) == 1.0
@@ -193,8 +193,8 @@ def test_deadline_holds_from_a_cold_start_under_overload():
 
 
 def test_send_reserve_is_the_larger_of_finalize_and_the_measured_send_plus_the_loop_lag():
-    from livethink.serve.budget import BudgetPolicy
-    from livethink.serve.controller import BudgetController
+    from livethink.serve.budget.controller import BudgetController
+    from livethink.serve.budget.plan import BudgetPolicy
 
     c = BudgetController(BudgetPolicy(), {"e": 1}, max_loop_lag_s=0.1)
     assert c.send_reserve(0.05) == pytest.approx(0.05)  # nothing measured yet

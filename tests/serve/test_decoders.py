@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from livethink.engines import load_generation_model
-from livethink.serve.budget import TokenBudget
+from livethink.serve.budget.plan import TokenBudget
 from livethink.serve.engines.base import GenerationRequest, SamplingOptions
 from livethink.serve.engines.decoders import DynamicDecoder, GraphDecoder
 from livethink.serve.engines.transformers_engine import TransformersEngine

@@ -14,8 +14,8 @@ import pytest
 
 from livethink.data.prompt import THINK_CLOSE, THINK_OPEN
 from livethink.rewards.parse import parse_completion
-from livethink.serve.app import create_app
-from livethink.serve.budget import TokenBudget
+from livethink.serve.api.app import create_app
+from livethink.serve.budget.plan import TokenBudget
 from livethink.serve.engines.base import FORCED_THINK_END, GenerationRequest, SamplingOptions
 from livethink.serve.engines.transformers_engine import TransformersEngine
 from tests.support.serve import ServerThread, load_tokenizer, make_config, tiny_student_dir

@@ -12,7 +12,7 @@ import openai
 import pytest
 
 from livethink.ab_test.serving import SIMULATED_HEADER
-from livethink.serve.app import create_app
+from livethink.serve.api.app import create_app
 from tests.support.serve import (
     LIVE_BODY,
     ServerThread,

@@ -14,8 +14,8 @@ import pytest
 from openapi_schema_validator import OAS31Validator
 from openapi_spec_validator import validate
 
-from livethink.serve.app import create_app
-from livethink.serve.openapi import document, main, render
+from livethink.serve.api.app import create_app
+from livethink.serve.api.openapi import document, main, render
 from tests.support.serve import (
     LIVE_BODY,
     ServerThread,
@@ -61,7 +61,7 @@ def _check(doc, schema, instance) -> None:
 
 
 def test_committed_document_is_the_generated_one(doc):
-    assert COMMITTED.read_text() == render(doc), "run: python -m livethink.serve.openapi --out docs/openapi.json"
+    assert COMMITTED.read_text() == render(doc), "run: python -m livethink.serve.api.openapi --out docs/openapi.json"
     assert main(["--out", str(COMMITTED), "--check"]) == 0
 
 

@@ -16,10 +16,10 @@ from livethink.data.reasoning_format import THINK
 from livethink.eval.generation import Generation
 from livethink.eval.harness import thinking_cap_prompts
 from livethink.eval.thinking_curve import build_curve, load_curve, min_thinking, parse_caps, save_curve
-from livethink.serve.app import create_app
+from livethink.serve.api.app import create_app
 from livethink.serve.config import EndpointConfig, EndpointsConfig, load_config
 from livethink.serve.engines.base import FORCED_THINK_END
-from livethink.serve.quality import (
+from livethink.serve.request_path.quality import (
     ThinkingFloor,
     below_floor_action,
     below_floor_summary,
@@ -325,8 +325,8 @@ def test_answer_mode_and_a_configured_floor(tmp_path):
 
 
 def test_a_probe_carries_the_floor_while_the_estimates_are_learnt():
-    from livethink.serve.budget import BudgetPolicy, TokenBudget
-    from livethink.serve.controller import BudgetController, QueueState
+    from livethink.serve.budget.controller import BudgetController, QueueState
+    from livethink.serve.budget.plan import BudgetPolicy, TokenBudget
 
     c = BudgetController(BudgetPolicy(margin_s=0.0, reply_reserve=8, min_reply_tokens=8), {"e": 2})
     c.observe("e", load=1, ttft_s=0.0, tpot_s=0.01, service_s=0.5)  # ~0.0115 s per token with the safety

@@ -16,10 +16,10 @@ from livethink.data.reasoning_format import (
     resolve,
 )
 from livethink.rewards.parse import parse_completion
-from livethink.serve.budget import TokenBudget
+from livethink.serve.budget.plan import TokenBudget
 from livethink.serve.engines.base import ThinkingGuard
 from livethink.serve.engines.vllm_engine import kv_cache_env
-from livethink.serve.reasoning import ThinkSplitter
+from livethink.serve.request_path.reasoning import ThinkSplitter
 
 SEED = ReasoningFormat("<seed:think>", "</seed:think>")
 

@@ -15,9 +15,9 @@ import pytest
 
 from livethink.ab_test.simulate import stream_summary
 from livethink.eval.goodput import ViewerOutcome, summarize
-from livethink.serve.app import create_app
-from livethink.serve.probes import IdleProber, ProbeTiming
-from livethink.serve.refusals import RecentRefusals, RefusalShare, refusing_while_idle
+from livethink.serve.api.app import create_app
+from livethink.serve.engines.probes import IdleProber, ProbeTiming
+from livethink.serve.telemetry.refusals import RecentRefusals, RefusalShare, refusing_while_idle
 from tests.support.serve import (
     LIVE_BODY,
     CLIServer,

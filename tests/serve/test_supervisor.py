@@ -14,9 +14,9 @@ from typing import Any
 import httpx
 import pytest
 
-from livethink.serve.app import ENGINE_GAVE_UP_EXIT, create_app
-from livethink.serve.engine_states import Policy, Status, backoff, on_poll, on_restarted, retry_after
-from livethink.serve.hooks import ArmChoice, NoExperiment, ResponseRecord
+from livethink.serve.api.app import ENGINE_GAVE_UP_EXIT, create_app
+from livethink.serve.engines.states import Policy, Status, backoff, on_poll, on_restarted, retry_after
+from livethink.serve.telemetry.ab_hooks import ArmChoice, NoExperiment, ResponseRecord
 from tests.support.serve import (
     LIVE_BODY,
     ServerThread,
@@ -256,7 +256,7 @@ def test_transformers_engine_with_a_dead_decode_thread_is_restarted():
 def test_a_server_stops_its_engines_together_and_one_failure_stops_none_of_the_others(caplog):
     """Shutdown: each engine's stop waits for its engine core (seconds on vLLM); a two-arm server stops both at
     once, and an engine whose stop raises is logged while the others still stop."""
-    from livethink.serve.lifespan import stop_engines
+    from livethink.serve.api.lifespan import stop_engines
 
     stopped: list[str] = []
 

@@ -16,7 +16,7 @@ from typing import Any
 import yaml
 
 from livethink.data.reasoning_format import THINK
-from livethink.serve.budget import TokenBudget
+from livethink.serve.budget.plan import TokenBudget
 from livethink.serve.config import ServeConfig, parse_config
 from livethink.serve.engines import EngineSet
 from livethink.serve.engines.base import FORCED_THINK_END, Delta, EngineDead, EngineStats, GenerationRequest
@@ -48,7 +48,7 @@ class ServerThread:
     def __init__(self, app: Any, startup_timeout: float = 60.0):
         import uvicorn
 
-        from livethink.serve.clock import uvicorn_http
+        from livethink.serve.api.clock import uvicorn_http
 
         self.config = uvicorn.Config(
             app,

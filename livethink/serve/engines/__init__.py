@@ -4,6 +4,13 @@
 the transformers fallback merges an adapter into its own copy) and says which engine serves which model.
 ``engine.kind: auto`` prefers vLLM and falls back to transformers when vLLM is missing or fails to start, and
 says why (the log, ``/health`` and ``livethink doctor``); ``engine.kind: vllm`` fails at start with the reason.
+
+The package also owns the engines' supervision (``supervisor`` over the pure state machine ``states``: a dead or
+wedged engine is refused with 503 and restarted), their CPU priority (``priority``) and the idle probes that keep
+the decode estimate measured (``probes``).
+
+May import: ``livethink.serve.budget``, ``.config``, ``.errors``; never the request path, telemetry or the HTTP
+surface.
 """
 
 from __future__ import annotations

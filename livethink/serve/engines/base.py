@@ -7,7 +7,7 @@ inside the model's reasoning (``engine.reasoning_format``, e.g. ``<think>``) and
 (``ReasoningFormat.forced_end``, e.g. ``\\n</think>\\n\\n``, of any number of tokens) and the reply continues with
 ``budget.reply_reserve`` tokens (budget forcing). A model that does not think gets only the reply cap.
 Cancelling the iterator, or ``abort``, stops the request in the engine. ``alive()`` is the engine's own liveness;
-a dead engine is restarted by ``stop()`` then ``start()`` (``livethink.serve.supervisor``).
+a dead engine is restarted by ``stop()`` then ``start()`` (``livethink.serve.engines.supervisor``).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from livethink.data.reasoning_format import THINK, ReasoningFormat
-from livethink.serve.budget import TokenBudget
+from livethink.serve.budget.plan import TokenBudget
 
 # The default format's forced end: closes the block and starts the reply on a fresh paragraph.
 FORCED_THINK_END = THINK.forced_end

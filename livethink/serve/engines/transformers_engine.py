@@ -23,7 +23,7 @@ from livethink.calculator.processors import force, forced_token, result_char_tok
 from livethink.data.budget_forcing import ForcingTokens, banned_token, thinking_opened
 from livethink.data.reasoning_format import THINK, ReasoningFormat, resolve
 from livethink.engines import load_generation_model
-from livethink.serve.budget import TokenBudget
+from livethink.serve.budget.plan import TokenBudget
 from livethink.serve.engines.base import (
     Delta,
     EngineDead,

@@ -31,7 +31,7 @@ from typing import Any, Literal
 
 from livethink.data.reasoning_format import THINK, ReasoningFormat, resolve
 from livethink.engines import build_async_llm, calculator_extra_args, kv_cache_env
-from livethink.serve.budget import TokenBudget
+from livethink.serve.budget.plan import TokenBudget
 from livethink.serve.engines.base import (
     Delta,
     EngineStats,

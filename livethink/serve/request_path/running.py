@@ -12,17 +12,17 @@ from collections.abc import AsyncIterator, Callable, Mapping
 
 from livethink.data.reasoning_format import ReasoningFormat
 from livethink.rewards.parse import parse_completion
-from livethink.serve.accounting import Accounting
-from livethink.serve.admission import Admission
-from livethink.serve.budget import TokenBudget
+from livethink.serve.budget.controller import QueueState
+from livethink.serve.budget.plan import TokenBudget
 from livethink.serve.config import ServeConfig
-from livethink.serve.controller import QueueState
 from livethink.serve.engines.base import Engine, GenerationRequest
-from livethink.serve.generation import Done, End, Piece, Progress, Result, produce
-from livethink.serve.jobs import Job
-from livethink.serve.metrics import ServeMetrics
-from livethink.serve.probes import IdleProber
-from livethink.serve.reasoning import ThinkSplitter, usable_reply
+from livethink.serve.engines.probes import IdleProber
+from livethink.serve.request_path.accounting import Accounting
+from livethink.serve.request_path.admission import Admission
+from livethink.serve.request_path.generation import Done, End, Piece, Progress, Result, produce
+from livethink.serve.request_path.jobs import Job
+from livethink.serve.request_path.reasoning import ThinkSplitter, usable_reply
+from livethink.serve.telemetry.metrics import ServeMetrics
 
 
 def fallback_result(job: Job, reply: str, queue_s: float) -> Result:

@@ -7,15 +7,15 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping
 
-from livethink.serve.accounting import Accounting
-from livethink.serve.budget import Reject, TokenBudget, retry_after
+from livethink.serve.budget.controller import BudgetController, QueueState
+from livethink.serve.budget.plan import Reject, TokenBudget, retry_after
 from livethink.serve.config import ServeConfig
-from livethink.serve.controller import BudgetController, QueueState
 from livethink.serve.errors import overloaded
-from livethink.serve.hooks import ServeHooks
-from livethink.serve.jobs import Job
-from livethink.serve.metrics import ServeMetrics
-from livethink.serve.quality import ThinkingFloor, below_floor_action, required_thinking
+from livethink.serve.request_path.accounting import Accounting
+from livethink.serve.request_path.jobs import Job
+from livethink.serve.request_path.quality import ThinkingFloor, below_floor_action, required_thinking
+from livethink.serve.telemetry.ab_hooks import ServeHooks
+from livethink.serve.telemetry.metrics import ServeMetrics
 
 
 class Admission:

@@ -13,20 +13,20 @@ from collections.abc import AsyncIterator, Mapping
 from typing import Any
 
 from livethink.data.reasoning_format import ReasoningFormat
-from livethink.serve.accounting import Accounting
-from livethink.serve.admission import Admission
+from livethink.serve.budget.controller import BudgetController
 from livethink.serve.config import ServeConfig
-from livethink.serve.controller import BudgetController
 from livethink.serve.engines.base import Engine
-from livethink.serve.generation import Done, Piece, Result
-from livethink.serve.hooks import NoExperiment, ServeHooks
-from livethink.serve.jobs import AUTO_MODEL, Job, JobBuilder
-from livethink.serve.metrics import ServeMetrics
-from livethink.serve.probes import PROBE_MESSAGES, IdleProber, probe_once
+from livethink.serve.engines.probes import PROBE_MESSAGES, IdleProber, probe_once
 from livethink.serve.protocol import ChatCompletionRequest, LivestreamReplyRequest
-from livethink.serve.quality import below_floor_report, floor_for
-from livethink.serve.refusals import RecentRefusals
-from livethink.serve.running import Runner
+from livethink.serve.request_path.accounting import Accounting
+from livethink.serve.request_path.admission import Admission
+from livethink.serve.request_path.generation import Done, Piece, Result
+from livethink.serve.request_path.jobs import AUTO_MODEL, Job, JobBuilder
+from livethink.serve.request_path.quality import below_floor_report, floor_for
+from livethink.serve.request_path.running import Runner
+from livethink.serve.telemetry.ab_hooks import NoExperiment, ServeHooks
+from livethink.serve.telemetry.metrics import ServeMetrics
+from livethink.serve.telemetry.refusals import RecentRefusals
 
 __all__ = ["AUTO_MODEL", "Job", "Result", "Service"]
 

@@ -9,14 +9,14 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from livethink.serve.controller import BudgetController
-from livethink.serve.estimates import stream_timing
-from livethink.serve.generation import Progress, Result
-from livethink.serve.hooks import ResponseRecord, ServeHooks
-from livethink.serve.jobs import Job
-from livethink.serve.metrics import ServeMetrics, arm_label
-from livethink.serve.probes import ProbeTiming
-from livethink.serve.refusals import RecentRefusals
+from livethink.serve.budget.controller import BudgetController
+from livethink.serve.budget.estimates import stream_timing
+from livethink.serve.engines.probes import ProbeTiming
+from livethink.serve.request_path.generation import Progress, Result
+from livethink.serve.request_path.jobs import Job
+from livethink.serve.telemetry.ab_hooks import ResponseRecord, ServeHooks
+from livethink.serve.telemetry.metrics import ServeMetrics, arm_label
+from livethink.serve.telemetry.refusals import RecentRefusals
 
 
 @dataclass

@@ -12,7 +12,6 @@ from typing import Any
 from pydantic import BaseModel
 
 from livethink.serve.errors import APIError, sse_error
-from livethink.serve.generation import Done, Piece, Result
 from livethink.serve.protocol import (
     AssistantMessage,
     BudgetOut,
@@ -29,7 +28,8 @@ from livethink.serve.protocol import (
     TokenCounts,
     Usage,
 )
-from livethink.serve.service import Job, Service
+from livethink.serve.request_path.generation import Done, Piece, Result
+from livethink.serve.request_path.service import Job, Service
 
 log = logging.getLogger(__name__)
 

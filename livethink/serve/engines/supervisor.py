@@ -3,7 +3,7 @@ with bounded retries and exponential backoff, and ask the process to exit once t
 
 Three layers:
 
-- pure state machine (``engine_states``: ``on_poll``, ``on_restarted``, ``backoff``, ``retry_after``) over ``Status``: ``ok`` →
+- pure state machine (``states``: ``on_poll``, ``on_restarted``, ``backoff``, ``retry_after``) over ``Status``: ``ok`` →
   ``stalled`` (a request has waited ``engine.stall_s`` for any output) → ``dead`` (the engine's own liveness says
   so, or it stayed stalled ``engine.stall_kill_s``) → ``restarting`` → ``ok``; or ``failed`` when more than
   ``engine.restart_max`` restarts fell within ``engine.restart_window_s`` (the process then exits non-zero, so
@@ -27,9 +27,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from livethink.serve.budget import TokenBudget
-from livethink.serve.engine_states import SERVING, Action, Policy, Status, on_poll, on_restarted, retry_after
+from livethink.serve.budget.plan import TokenBudget
 from livethink.serve.engines.base import Delta, Engine, EngineDead, GenerationRequest, SamplingOptions
+from livethink.serve.engines.states import SERVING, Action, Policy, Status, on_poll, on_restarted, retry_after
 from livethink.serve.errors import APIError, engine_unavailable
 
 log = logging.getLogger(__name__)

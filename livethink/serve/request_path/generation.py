@@ -13,9 +13,9 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from livethink.serve.budget import TokenBudget
+from livethink.serve.budget.plan import TokenBudget
 from livethink.serve.engines.base import Delta, Engine, GenerationRequest
-from livethink.serve.reasoning import ThinkSplitter
+from livethink.serve.request_path.reasoning import ThinkSplitter
 
 
 @dataclass(frozen=True)

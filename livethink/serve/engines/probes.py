@@ -14,9 +14,9 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from livethink.serve.budget import TokenBudget
+from livethink.serve.budget.estimates import stream_timing
+from livethink.serve.budget.plan import TokenBudget
 from livethink.serve.engines.base import Engine, GenerationRequest, SamplingOptions
-from livethink.serve.estimates import stream_timing
 
 log = logging.getLogger(__name__)
 PROBE_MESSAGES = [

@@ -1,4 +1,4 @@
-"""``python -m livethink.serve.openapi --out docs/openapi.json [--check]``: write (or check) the server's OpenAPI
+"""``python -m livethink.serve.api.openapi --out docs/openapi.json [--check]``: write (or check) the server's OpenAPI
 document, as ``/openapi.json`` of a running server serves it. How routes document themselves: ``api_docs.py``.
 """
 
@@ -10,7 +10,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from livethink.serve.app import create_app
+from livethink.serve.api.app import create_app
 from livethink.serve.config import ServeConfig
 
 
@@ -26,7 +26,7 @@ def render(doc: dict[str, Any]) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m livethink.serve.openapi", description="Write the server's OpenAPI document."
+        prog="python -m livethink.serve.api.openapi", description="Write the server's OpenAPI document."
     )
     parser.add_argument("--out", help="file to write (default: stdout), e.g. docs/openapi.json")
     parser.add_argument("--check", action="store_true", help="exit 1 if --out differs from the generated one")
@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     out = Path(args.out)
     if args.check:
         if not out.is_file() or out.read_text() != text:
-            print(f"{out} is out of date: run python -m livethink.serve.openapi --out {out}", file=sys.stderr)
+            print(f"{out} is out of date: run python -m livethink.serve.api.openapi --out {out}", file=sys.stderr)
             return 1
         return 0
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -17,10 +17,10 @@ from livethink.data.schema import Reference, Task
 from livethink.serve.config import ServeConfig
 from livethink.serve.engines.base import Engine, SamplingOptions
 from livethink.serve.errors import bad_request, not_found
-from livethink.serve.generation import Result
-from livethink.serve.hooks import ArmChoice, ServeHooks
-from livethink.serve.metrics import arm_label
 from livethink.serve.protocol import ChatCompletionRequest, LivestreamReplyRequest
+from livethink.serve.request_path.generation import Result
+from livethink.serve.telemetry.ab_hooks import ArmChoice, ServeHooks
+from livethink.serve.telemetry.metrics import arm_label
 
 AUTO_MODEL = "auto"  # chat requests naming this model get the A/B arm's variant (or the default model)
 

@@ -20,11 +20,11 @@ from fastapi import FastAPI
 from livethink.serve.config import ServeConfig
 from livethink.serve.engines import EngineSet, EngineStartError, start_engines
 from livethink.serve.engines.base import Engine
-from livethink.serve.hooks import ABTestHooks, NoExperiment, ServeHooks, SpoolCollector
-from livethink.serve.metrics import ServeMetrics
-from livethink.serve.priority import deprioritize_children
-from livethink.serve.service import Service
-from livethink.serve.supervisor import Supervision
+from livethink.serve.engines.priority import deprioritize_children
+from livethink.serve.engines.supervisor import Supervision
+from livethink.serve.request_path.service import Service
+from livethink.serve.telemetry.ab_hooks import ABTestHooks, NoExperiment, ServeHooks, SpoolCollector
+from livethink.serve.telemetry.metrics import ServeMetrics
 
 log = logging.getLogger(__name__)
 ENGINE_GAVE_UP_EXIT = 4  # the process's exit code once an engine's restart budget is spent

@@ -24,14 +24,23 @@ from pydantic import BaseModel
 
 from livethink import __version__
 from livethink.ab_test.serving import SIMULATED_HEADER
-from livethink.serve.api_docs import PROMPT_TOO_LONG, errors, event_stream, install, operation_id
-from livethink.serve.clock import CLOCK_KEY, Clock, RequestClock
+from livethink.serve.api.api_docs import PROMPT_TOO_LONG, errors, event_stream, install, operation_id
+from livethink.serve.api.clock import CLOCK_KEY, Clock, RequestClock
+from livethink.serve.api.lifespan import ENGINE_GAVE_UP_EXIT, lifespan
+from livethink.serve.api.responses import body_of, chat_response, livestream_response, sse_chunks
+from livethink.serve.api.routing import (
+    CLIENT_GONE,
+    ClientGone,
+    ServeRoute,
+    guard,
+    install_error_handlers,
+    require_admin,
+    require_key,
+    until_disconnect,
+)
 from livethink.serve.config import ServeConfig
 from livethink.serve.engines import EngineSet
 from livethink.serve.errors import not_found
-from livethink.serve.hooks import NoExperiment, ServeHooks
-from livethink.serve.lifespan import ENGINE_GAVE_UP_EXIT, lifespan
-from livethink.serve.metrics import CONTENT_TYPE_LATEST
 from livethink.serve.protocol import (
     AdminStatus,
     ChatCompletion,
@@ -47,19 +56,10 @@ from livethink.serve.protocol import (
     VersionInfo,
     model_card,
 )
-from livethink.serve.refusals import refusing_while_idle
-from livethink.serve.responses import body_of, chat_response, livestream_response, sse_chunks
-from livethink.serve.routing import (
-    CLIENT_GONE,
-    ClientGone,
-    ServeRoute,
-    guard,
-    install_error_handlers,
-    require_admin,
-    require_key,
-    until_disconnect,
-)
-from livethink.serve.service import AUTO_MODEL, Job, Result, Service
+from livethink.serve.request_path.service import AUTO_MODEL, Job, Result, Service
+from livethink.serve.telemetry.ab_hooks import NoExperiment, ServeHooks
+from livethink.serve.telemetry.metrics import CONTENT_TYPE_LATEST
+from livethink.serve.telemetry.refusals import refusing_while_idle
 
 __all__ = ["ENGINE_GAVE_UP_EXIT", "SIMULATED_HEADER", "create_app"]
 log = logging.getLogger(__name__)

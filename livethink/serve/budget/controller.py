@@ -21,9 +21,9 @@ import collections
 import time
 from dataclasses import dataclass, field, replace
 
-from livethink.serve.budget import BudgetPolicy, Estimates, Reject, TokenBudget, plan_budget
-from livethink.serve.estimates import CurveSettings, LevelCurve, ReplyLengths
-from livethink.serve.slots import SlotQueue, queue_wait
+from livethink.serve.budget.estimates import CurveSettings, LevelCurve, ReplyLengths
+from livethink.serve.budget.plan import BudgetPolicy, Estimates, Reject, TokenBudget, plan_budget
+from livethink.serve.budget.slots import SlotQueue, queue_wait
 
 
 # -- pure helpers ---------------------------------------------------------------------------------------

@@ -4,7 +4,7 @@ POST routes declare their bodies as pydantic models (FastAPI documents them; a b
 becomes the request body's description). A streamed response names its event model (``event_stream``), which
 ``openapi_schema`` adds to ``components``. Errors share one model (``ErrorResponse``, errors.py's shape).
 Validation errors are 400s here, so FastAPI's default 422 entry is removed.
-``python -m livethink.serve.openapi --out docs/openapi.json`` writes the document.
+``python -m livethink.serve.api.openapi --out docs/openapi.json`` writes the document.
 """
 
 from __future__ import annotations
