@@ -181,7 +181,7 @@ def _error_from_response(r: httpx.Response) -> ServerError:
     status = r.status_code
     retry = None
     if status == 429:
-        ms = r.headers.get("x-retry-after-ms")
+        ms = r.headers.get("retry-after-ms")
         sec = r.headers.get("retry-after")
         try:
             retry = float(ms) / 1000 if ms else (float(sec) if sec else None)

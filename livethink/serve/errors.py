@@ -47,8 +47,9 @@ def not_found(message: str, param: str | None = None, code: str | None = None) -
 
 
 def _retry_after(retry_after_s: float) -> dict[str, str]:
-    """The ``Retry-After`` header: whole seconds, rounded up, at least 1."""
-    return {"Retry-After": str(max(1, int(-(-retry_after_s // 1))))}
+    """``Retry-After`` (whole seconds, rounded up, at least 1) and ``retry-after-ms`` (the wait in milliseconds,
+    the header openai-python's retries read first)."""
+    return {"Retry-After": str(max(1, int(-(-retry_after_s // 1)))), "retry-after-ms": str(int(retry_after_s * 1000))}
 
 
 def overloaded(
@@ -56,7 +57,7 @@ def overloaded(
 ) -> APIError:
     """429 + ``Retry-After``: the deadline cannot be met at the current load."""
     ms = int(retry_after_s * 1000)
-    headers = {**_retry_after(retry_after_s), "X-Retry-After-Ms": str(ms)}
+    headers = _retry_after(retry_after_s)
     extra = {"retry_after_ms": ms, **(extra or {})}
     return APIError(429, message, "rate_limit_error", param, "deadline_unreachable", headers, extra)
 

@@ -1,8 +1,9 @@
 """Request/response models of the HTTP API (pydantic), OpenAI-compatible where OpenAI defines the shape.
 
 Requests are validated strictly (no string→number coercion); a violation becomes a 400 naming the field
-(see ``errors.py``). Chat requests accept, and ignore, other OpenAI parameters; the livestream request is ours
-and rejects unknown fields. Extensions on chat requests (as in vLLM): ``min_tokens``, ``ignore_eos``,
+(see ``errors.py``). Both requests reject unknown fields. Chat requests take OpenAI's parameters that the server
+honours; one it does not honour (``tools``, ``response_format``, ``logprobs``, penalties, ``n > 1``, ...) is
+refused by name unless it is set to its neutral value (``OPENAI_UNSUPPORTED``), never ignored. Extensions on chat requests (as in vLLM): ``min_tokens``, ``ignore_eos``,
 ``thinking_token_budget``, ``chat_template_kwargs.enable_thinking``; ours: ``deadline_ms``, ``arm``,
 ``viewer_id``, ``include_reasoning``.
 """
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from livethink.data.schema import ProductDoc, Turn
 
@@ -31,7 +32,7 @@ class ChatMessage(BaseModel):
     """A message of the conversation. `content` is required, as OpenAI requires it of system, developer and user
     messages (an assistant message may leave it out only beside `tool_calls`, which this server does not take)."""
 
-    model_config = ConfigDict(strict=True, extra="ignore")
+    model_config = ConfigDict(strict=True, extra="forbid")
 
     role: Literal["system", "developer", "user", "assistant"]
     content: Text | list[TextPart]
@@ -52,10 +53,49 @@ class ChatTemplateKwargs(BaseModel):
     enable_thinking: bool = True
 
 
-class ChatCompletionRequest(BaseModel):
-    """``POST /v1/chat/completions`` (OpenAI schema; unknown OpenAI parameters are accepted and ignored)."""
+# OpenAI chat parameters this server does not honour, each with the values that ask nothing of it (None always
+# does): any other value is a 400 naming the parameter (https://platform.openai.com/docs/api-reference/chat/create).
+OPENAI_UNSUPPORTED: dict[str, tuple[Any, ...]] = {
+    "tools": ([],),
+    "tool_choice": ("none",),
+    "parallel_tool_calls": (True, False),  # only means something beside tools
+    "functions": ([],),
+    "function_call": ("none",),
+    "response_format": ({"type": "text"},),
+    "logprobs": (False,),
+    "top_logprobs": (0,),
+    "logit_bias": ({},),
+    "frequency_penalty": (0, 0.0),
+    "presence_penalty": (0, 0.0),
+    "audio": (),
+    "modalities": (["text"],),
+    "prediction": (),
+    "web_search_options": (),
+    "reasoning_effort": (),
+    "verbosity": (),
+    "store": (False,),
+    "metadata": ({},),
+    "service_tier": ("auto", "default"),
+    "prompt_cache_key": (),
+    "safety_identifier": (),
+}
 
-    model_config = ConfigDict(strict=True, extra="ignore")
+
+def _neutral(name: str, value: Any) -> Any:
+    """``value`` if it asks nothing of the server for OpenAI parameter ``name``, else a ValueError naming it."""
+    if value is None or any(value == v and type(value) is type(v) for v in OPENAI_UNSUPPORTED[name]):
+        return value
+    neutral = ", ".join(repr(v) for v in OPENAI_UNSUPPORTED[name])
+    raise ValueError(
+        f"this server does not support {name} (send it unset{' or ' + neutral if neutral else ''})"
+    )
+
+
+class ChatCompletionRequest(BaseModel):
+    """``POST /v1/chat/completions`` (OpenAI schema). An OpenAI parameter the server does not honour is refused
+    by name unless neutral (``OPENAI_UNSUPPORTED``); an unknown field is refused."""
+
+    model_config = ConfigDict(strict=True, extra="forbid")
 
     model: str = Field(min_length=1, max_length=256)
     messages: list[ChatMessage] = Field(min_length=1, max_length=256)
@@ -76,9 +116,41 @@ class ChatCompletionRequest(BaseModel):
     chat_template_kwargs: ChatTemplateKwargs | None = None
     # extensions (livethink)
     deadline_ms: int | None = Field(default=None, gt=0)
+    deadline_at: int | None = Field(
+        default=None, gt=0, description="absolute deadline, epoch milliseconds (or the X-Request-Deadline header): "
+        "a retry keeps the time already spent; the earlier of it and deadline_ms governs"
+    )
     arm: str | None = Field(default=None, min_length=1, max_length=64)
     viewer_id: str | None = Field(default=None, min_length=1, max_length=256)
     include_reasoning: bool = True
+    # OpenAI parameters refused unless neutral (OPENAI_UNSUPPORTED)
+    tools: Any = None
+    tool_choice: Any = None
+    parallel_tool_calls: Any = None
+    functions: Any = None
+    function_call: Any = None
+    response_format: Any = None
+    logprobs: Any = None
+    top_logprobs: Any = None
+    logit_bias: Any = None
+    frequency_penalty: Any = None
+    presence_penalty: Any = None
+    audio: Any = None
+    modalities: Any = None
+    prediction: Any = None
+    web_search_options: Any = None
+    reasoning_effort: Any = None
+    verbosity: Any = None
+    store: Any = None
+    metadata: Any = None
+    service_tier: Any = None
+    prompt_cache_key: Any = None
+    safety_identifier: Any = None
+
+    @field_validator(*OPENAI_UNSUPPORTED, mode="before")
+    @classmethod
+    def _unsupported(cls, v: Any, info: ValidationInfo) -> Any:
+        return _neutral(info.field_name, v)
 
     @field_validator("stop")
     @classmethod
@@ -102,11 +174,16 @@ class LivestreamReplyRequest(_Request):
     product_docs: list[ProductDoc] = Field(min_length=1, max_length=50)
     history: list[Turn] = Field(default_factory=list, max_length=100)
     deadline_ms: int | None = Field(default=None, gt=0)
+    deadline_at: int | None = Field(
+        default=None, gt=0, description="absolute deadline, epoch milliseconds (or the X-Request-Deadline header): "
+        "a retry keeps the time already spent; the earlier of it and deadline_ms governs"
+    )
     include_reasoning: bool = False
     arm: str | None = Field(default=None, min_length=1, max_length=64)
     model: str | None = Field(default=None, min_length=1, max_length=256)
     session_id: str | None = Field(default=None, max_length=256)
     seed: int | None = None
+    temperature: float | None = Field(default=None, ge=0, le=2, description="the server's sampling.temperature if unset")
 
     @field_validator("question")
     @classmethod
@@ -194,6 +271,12 @@ class ChatChoice(BaseModel):
     logprobs: None
 
 
+SYSTEM_FINGERPRINT = "livethink"
+# A canned fallback reply (the deadline left no usable answer) is marked where every OpenAI client keeps it
+FALLBACK_FINGERPRINT = "livethink-fallback"
+_FINGERPRINT = f"`{SYSTEM_FINGERPRINT}`, or `{FALLBACK_FINGERPRINT}` when the reply is the fallback (`livethink.fallback`)"
+
+
 class ChatCompletion(BaseModel):
     """``POST /v1/chat/completions`` answer without ``stream`` (OpenAI ``chat.completion``)."""
 
@@ -202,6 +285,7 @@ class ChatCompletion(BaseModel):
     created: int
     model: str
     choices: list[ChatChoice]
+    system_fingerprint: str = Field(description=_FINGERPRINT)
     usage: Usage
     livethink: LivethinkFlags
 
@@ -229,6 +313,7 @@ class ChatCompletionChunk(BaseModel):
     created: int
     model: str
     choices: list[ChunkChoice]
+    system_fingerprint: str = Field(description=_FINGERPRINT)
     livethink: LivethinkFlags | None = None
     usage: Usage | None = None
 

@@ -107,7 +107,7 @@ class SlowEngine:
     """Fault-injection engine (tests only): deterministic words at a fixed pace, honouring the budget.
 
     ``think_words`` reasoning tokens (or until the cap / thinking deadline, then the forced end), then the
-    reply ``reply`` word by word (up to the reply reserve). ``ttft_s`` / ``token_s`` set the pace;
+    reply ``reply`` word by word (up to the budget's reply cap). ``ttft_s`` / ``token_s`` set the pace;
     ``fail_after`` raises after that many tokens; ``ignore_budget`` ignores caps and deadlines (a runaway
     engine the server must cut). Records aborts, cancellations and what is running.
 
@@ -218,14 +218,16 @@ class SlowEngine:
                 yield Delta(f"step{count} ", 1)
                 count += 1
                 await self._tick(self.token_s)
+            finish = "stop"
             for i, word in enumerate(self.reply.split(" ")):
-                if i >= budget.reply_reserve and not self.ignore_budget:
+                if i >= budget.reply_cap and not self.ignore_budget:
+                    finish = "length"
                     break
                 produced += 1
                 self._maybe_fail(produced)
                 yield Delta(word if i == 0 else " " + word, 1)
                 await self._tick(self.token_s)
-            yield Delta("", 0, finish_reason="stop", thinking_tokens=count)
+            yield Delta("", 0, finish_reason=finish, thinking_tokens=count)
         except asyncio.CancelledError:
             self.cancelled.append(rid)
             raise

@@ -26,6 +26,9 @@ _MODELS: dict[str, type[BaseModel]] = {}  # the models named by event_stream, by
 
 _RETRY_AFTER = {
     "Retry-After": {"description": "whole seconds to wait before retrying", "schema": {"type": "integer"}},
+    "retry-after-ms": {
+        "description": "the same wait in milliseconds (the header openai-python reads)", "schema": {"type": "integer"}
+    },
 }
 _ERRORS: dict[int, tuple[str, dict[str, Any]]] = {
     400: ("invalid request: `error.param` names the field, `error.message` says why", {}),
@@ -36,10 +39,7 @@ _ERRORS: dict[int, tuple[str, dict[str, Any]]] = {
     404: ("an unknown model, arm or experiment (`error.param` says which)", {}),
     409: ("an outcome `event_id` reused with different content", {}),
     413: ("the body is larger than `server.max_body_kb`", {}),
-    429: ("the deadline cannot be met at the current load; retry after `Retry-After` seconds", {
-        **_RETRY_AFTER,
-        "X-Retry-After-Ms": {"description": "the same wait in milliseconds", "schema": {"type": "integer"}},
-    }),
+    429: ("the deadline cannot be met at the current load; retry after `Retry-After` seconds", _RETRY_AFTER),
     500: ("an unexpected server error (logged server-side; no stack trace)", {}),
     503: ("unavailable now: the engine is down, restarting or stalled (`engine_unavailable`), or an A/B event "
           "cannot be recorded (the store is down and the spool is full); retry after `Retry-After` seconds",

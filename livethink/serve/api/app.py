@@ -40,7 +40,7 @@ from livethink.serve.api.routing import (
 )
 from livethink.serve.config import ServeConfig
 from livethink.serve.engines import EngineSet
-from livethink.serve.errors import not_found
+from livethink.serve.errors import bad_request, not_found
 from livethink.serve.protocol import (
     AdminStatus,
     ChatCompletion,
@@ -65,6 +65,8 @@ __all__ = ["ENGINE_GAVE_UP_EXIT", "SIMULATED_HEADER", "create_app"]
 log = logging.getLogger(__name__)
 
 
+DEADLINE_HEADER = "X-Request-Deadline"  # the absolute deadline (epoch ms), as deadline_at: a proxy passes it on
+
 LivestreamBody = Annotated[LivestreamReplyRequest, Body(description="a viewer's question about the products on stream")]
 ChatBody = Annotated[ChatCompletionRequest, Body(description="OpenAI chat completion request (+ extensions)")]
 
@@ -87,6 +89,14 @@ def _start(request: Request, body: LivestreamReplyRequest | ChatCompletionReques
     svc: Service = request.app.state.service
     clock: Clock = request.scope[CLOCK_KEY]
     simulated = request.headers.get(SIMULATED_HEADER) == "1"
+    header = request.headers.get(DEADLINE_HEADER)
+    if header is not None and body.deadline_at is None:
+        if not header.isdigit() or int(header) <= 0:
+            raise bad_request(
+                f"{DEADLINE_HEADER}: must be the absolute deadline in epoch milliseconds, got {header[:40]!r}",
+                DEADLINE_HEADER,
+            )
+        body = body.model_copy(update={"deadline_at": int(header)})
     prepare = svc.prepare_livestream if isinstance(body, LivestreamReplyRequest) else svc.prepare_chat
     job = prepare(body, simulated, clock.arrival)
     job.deferred = True

@@ -13,6 +13,8 @@ from pydantic import BaseModel
 
 from livethink.serve.errors import APIError, sse_error
 from livethink.serve.protocol import (
+    FALLBACK_FINGERPRINT,
+    SYSTEM_FINGERPRINT,
     AssistantMessage,
     BudgetOut,
     ChatChoice,
@@ -90,6 +92,7 @@ def chat_response(job: Job, r: Result, include_reasoning: bool) -> ChatCompletio
         created=job.created,
         model=job.model,
         choices=[ChatChoice(index=0, message=message, finish_reason=r.finish_reason, logprobs=None)],
+        system_fingerprint=FALLBACK_FINGERPRINT if r.fallback else SYSTEM_FINGERPRINT,
         usage=_usage(r),
         livethink=LivethinkFlags(**_flags(job, r)),
     )
@@ -103,16 +106,18 @@ def body_of(response: BaseModel) -> dict[str, Any]:
 async def sse_chunks(
     svc: Service, job: Job, include_reasoning: bool, include_usage: bool
 ) -> AsyncIterator[str]:
-    """Server-sent ``chat.completion.chunk`` events: role, reasoning / content pieces, the finish chunk (with
-    ``livethink`` flags), the usage chunk (``choices: []``) if asked, then ``data: [DONE]``."""
+    """Server-sent ``chat.completion.chunk`` events: role (with the first engine output, so a client's time to
+    first token is the engine's), reasoning / content pieces, the finish chunk (with ``livethink`` flags and, for
+    a fallback, ``FALLBACK_FINGERPRINT``), the usage chunk (``choices: []``) if asked, then ``data: [DONE]``."""
 
-    def event(choices: list[ChunkChoice], **extra: Any) -> str:
+    def event(choices: list[ChunkChoice], fingerprint: str = SYSTEM_FINGERPRINT, **extra: Any) -> str:
         payload = ChatCompletionChunk(
             id=job.request_id,
             object="chat.completion.chunk",
             created=job.created,
             model=job.model,
             choices=choices,
+            system_fingerprint=fingerprint,
             **extra,
         )
         return f"data: {json.dumps(body_of(payload))}\n\n"
@@ -120,21 +125,32 @@ async def sse_chunks(
     def chunk(delta: dict[str, Any], finish: str | None = None, **extra: Any) -> str:
         return event([ChunkChoice(index=0, delta=ChunkDelta(**delta), finish_reason=finish, logprobs=None)], **extra)
 
-    yield chunk({"role": "assistant", "content": ""})
+    role_sent = False
+
+    def role() -> str:
+        nonlocal role_sent
+        role_sent = True
+        return chunk({"role": "assistant", "content": ""})
+
     sent_reply = False
     try:
         async for item in svc.run(job):
             if isinstance(item, Piece):
                 if item.phase == "reply":
                     sent_reply = True
-                    yield chunk({"content": item.text})
+                    yield (role() if not role_sent else "") + chunk({"content": item.text})
                 elif include_reasoning:
-                    yield chunk({"reasoning": item.text, "reasoning_content": item.text})
+                    yield (role() if not role_sent else "") + chunk(
+                        {"reasoning": item.text, "reasoning_content": item.text}
+                    )
             elif isinstance(item, Done):
                 r = item.result
+                if not role_sent:
+                    yield role()
                 if r.fallback and not sent_reply:
                     yield chunk({"content": r.reply})
-                yield chunk({}, r.finish_reason, livethink=LivethinkFlags(**_flags(job, r)))
+                fingerprint = FALLBACK_FINGERPRINT if r.fallback else SYSTEM_FINGERPRINT
+                yield chunk({}, r.finish_reason, fingerprint=fingerprint, livethink=LivethinkFlags(**_flags(job, r)))
                 if include_usage:
                     yield event([], usage=_usage(r))
     except asyncio.CancelledError:

@@ -82,9 +82,12 @@ class BudgetPolicy:
 
 @dataclass(frozen=True)
 class TokenBudget:
-    """What the engine may spend: ``thinking_cap`` tokens of reasoning, then ``reply_reserve`` for the reply.
+    """What the engine may spend: ``thinking_cap`` tokens of reasoning, then up to ``reply_cap`` for the reply.
 
-    ``max_tokens`` = thinking_cap + reply_reserve. ``thinking_deadline`` (monotonic seconds, or None) is the
+    ``reply_reserve`` is what planning holds back for the reply; ``reply_limit`` (None: the reserve) is what the
+    reply may use once thinking has ended, when the caller's own ``max_tokens`` allows more than the reserve (the
+    chat endpoint: OpenAI's ``max_tokens`` bounds thinking plus reply, and the hard deadline bounds the time).
+    ``max_tokens`` = thinking_cap + reply_cap. ``thinking_deadline`` (monotonic seconds, or None) is the
     latest time thinking may go on: past it the engine forces ``</think>`` even below the token cap, so the
     reply still fits when decoding turned out slower than estimated.
     """
@@ -94,10 +97,16 @@ class TokenBudget:
     thinking_deadline: float | None = None
     probe: bool = False  # granted although the estimates said no (they may be stale); the hard cut bounds it
     expected_end: float | None = None  # monotonic: when the plan expects the reply to be complete
+    reply_limit: int | None = None
+
+    @property
+    def reply_cap(self) -> int:
+        """The most reply tokens after thinking ends: ``reply_limit``, else the reserve."""
+        return self.reply_reserve if self.reply_limit is None else max(self.reply_reserve, self.reply_limit)
 
     @property
     def max_tokens(self) -> int:
-        return self.thinking_cap + self.reply_reserve
+        return self.thinking_cap + self.reply_cap
 
     @property
     def thinking_enabled(self) -> bool:

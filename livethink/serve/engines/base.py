@@ -4,8 +4,8 @@ An engine serves one or more model variants (a checkpoint, or LoRA adapters over
 tokenized (the server renders the chat template and counts tokens); if ``request.thinking`` the prompt ends
 inside the model's reasoning (``engine.reasoning_format``, e.g. ``<think>``) and the engine enforces the budget: at
 ``budget.thinking_cap`` reasoning tokens, or at ``budget.thinking_deadline``, it forces the end of thinking
-(``ReasoningFormat.forced_end``, e.g. ``\\n</think>\\n\\n``, of any number of tokens) and the reply continues with
-``budget.reply_reserve`` tokens (budget forcing). A model that does not think gets only the reply cap.
+(``ReasoningFormat.forced_end``, e.g. ``\\n</think>\\n\\n``, of any number of tokens) and the reply continues with up
+to ``budget.reply_cap`` tokens (budget forcing). A model that does not think gets only the reply cap.
 Cancelling the iterator, or ``abort``, stops the request in the engine. ``alive()`` is the engine's own liveness;
 a dead engine is restarted by ``stop()`` then ``start()`` (``livethink.serve.engines.supervisor``).
 """
@@ -139,8 +139,8 @@ class ThinkingGuard:
 
     @property
     def reply_done(self) -> bool:
-        """The reply used its reserve (a think block that closed early does not lengthen the reply)."""
-        return not self.thinking and self.reply_count >= self.budget.reply_reserve
+        """The reply used its cap (a think block that closed early does not lengthen the reply)."""
+        return not self.thinking and self.reply_count >= self.budget.reply_cap
 
     def must_force(self, now: float | None = None) -> bool:
         if not self.thinking:

@@ -224,7 +224,7 @@ class TransformersEngine:
                     text_so_far += fmt.forced_end
                     job.put(Delta(fmt.forced_end, len(self._end_ids), forced_end_of_thinking=True,
                                   token_ids=tuple(self._end_ids)))
-                    limit = produced + budget.reply_reserve
+                    limit = produced + budget.reply_cap
                 if produced >= limit:
                     break
                 logits = model.feed(pending).float().cpu()  # sampled on the host: the next step needs the token there
@@ -250,7 +250,7 @@ class TransformersEngine:
                 was_thinking = guard.thinking
                 guard.observe(pending, text)
                 if was_thinking and not guard.thinking:  # closed by the model: the reply gets its reserve
-                    limit = min(limit, produced + budget.reply_reserve)
+                    limit = min(limit, produced + budget.reply_cap)
                 text_so_far += text
                 job.put(Delta(text, 1, token_ids=(token,)))
                 if opts.stop and any(s in text_so_far for s in opts.stop):

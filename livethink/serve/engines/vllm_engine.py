@@ -282,7 +282,7 @@ class VLLMEngine:
         generated_thinking = budget.thinking_cap - prefilled
         params = self._params(
             request,
-            generated_thinking + len(self._end_ids) + budget.reply_reserve if native else generated_thinking,
+            generated_thinking + len(self._end_ids) + budget.reply_cap if native else generated_thinking,
             thinking_budget=budget.thinking_cap if native else None,
             stop_on_close=not native,
         )
@@ -341,7 +341,7 @@ class VLLMEngine:
                     token_ids=tuple(self._end_ids))
         prompt = request.prompt_token_ids + run.generated + self._end_ids
         run.generated += self._end_ids
-        params = self._params(request, budget.reply_reserve)
+        params = self._params(request, budget.reply_cap)
         async with contextlib.aclosing(
             self._stream(f"{request.request_id}-1", request, prompt, params, None)
         ) as stream:

@@ -52,7 +52,7 @@ class Accounting:
         if r.budget is None or (job.thinking and r.first_reply_token_ms is None):
             return
         cut = r.cut_at_deadline or r.finish_reason == "length"
-        self.controller.observe_reply(job.reply_key, r.budget.reply_reserve if cut else r.reply_tokens)
+        self.controller.observe_reply(job.reply_key, max(r.budget.reply_reserve, r.reply_tokens) if cut else r.reply_tokens)
 
     def export_estimates(self, engine_key: str) -> None:
         """The controller's estimates for a new request on ``engine_key``, as gauges (seconds)."""

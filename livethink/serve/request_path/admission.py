@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 
 from livethink.serve.budget.controller import BudgetController, QueueState
 from livethink.serve.budget.plan import Reject, TokenBudget, retry_after
@@ -48,7 +49,8 @@ class Admission:
         remaining = self.hard_cut(job) - now
         room = self.config.engine.max_model_len - len(job.prompt_ids)
         max_tokens = min(job.max_tokens or room, room)
-        return self.controller.plan(
+        forced_end = self.forced_end_tokens(job.model, job.prompt_ids, job.thinking)
+        plan = self.controller.plan(
             job.engine_key,
             remaining,
             queue,
@@ -59,8 +61,14 @@ class Admission:
             now=now,
             min_thinking=job.min_thinking,
             model=job.reply_key,
-            forced_end_tokens=self.forced_end_tokens(job.model, job.prompt_ids, job.thinking),
+            forced_end_tokens=forced_end,
         )
+        if job.reply_fills_max_tokens and isinstance(plan, TokenBudget):
+            # the reserve plans thinking; the reply may use the rest of the caller's max_tokens (OpenAI's
+            # contract), and the hard deadline still bounds its time
+            spent = plan.thinking_cap + (forced_end if plan.thinking_cap else 0)
+            plan = replace(plan, reply_limit=max(plan.reply_reserve, max_tokens - spent))
+        return plan
 
     def below_floor_action(self, job: Job, plan: TokenBudget | Reject) -> str | None:
         """shed, fallback or answer when ``plan``'s thinking cap is under the model's floor (probes are exempt:

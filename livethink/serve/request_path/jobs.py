@@ -49,6 +49,8 @@ class Job:
     t_cut: float | None = None  # monotonic: the planned hard cut, when generation was cut there
     min_thinking: int = 0  # the model's thinking floor for this request (``quality.required_thinking``)
     quality_fallback: bool = False  # admitted to the fallback reply: the floor did not fit the deadline
+    # the reply may use what the caller's max_tokens leaves after thinking (chat), not only the reply reserve
+    reply_fills_max_tokens: bool = False
 
     @property
     def labels(self) -> tuple[str, str, str]:
@@ -118,7 +120,11 @@ class JobBuilder:
             )
         return model
 
-    def _deadline(self, requested: int | None, choice: ArmChoice, endpoint: str) -> int:
+    def _deadline(
+        self, requested: int | None, choice: ArmChoice, endpoint: str, deadline_at: int | None, arrival: float
+    ) -> int:
+        """The request's deadline in ms from ``arrival``: its own ``deadline_ms``, the arm's or the endpoint's, and
+        no later than its absolute ``deadline_at`` (epoch ms), so a retry does not get a fresh deadline."""
         deadline = requested or choice.deadline_ms or self.config.deadline_ms(endpoint)
         if deadline > self.config.budget.max_deadline_ms:
             raise bad_request(
@@ -126,6 +132,15 @@ class JobBuilder:
                 f"{self.config.budget.max_deadline_ms} ms",
                 "deadline_ms",
             )
+        if deadline_at is not None:
+            arrived_ms = (time.time() - (time.monotonic() - arrival)) * 1000
+            left = int(deadline_at - arrived_ms)
+            if left <= 0:
+                raise bad_request(
+                    f"deadline_at: the request's deadline passed {-left} ms before it arrived", "deadline_at",
+                    "deadline_passed",
+                )
+            deadline = min(deadline, left)
         return deadline
 
     # -- the two endpoints ---------------------------------------------------------------------------------
@@ -134,7 +149,7 @@ class JobBuilder:
         arrival = arrival or time.monotonic()
         choice = self._choose(body.viewer_id, body.arm)
         model = self._check_model(body.model or choice.variant or self.config.default_model)
-        deadline = self._deadline(body.deadline_ms, choice, "livestream")
+        deadline = self._deadline(body.deadline_ms, choice, "livestream", body.deadline_at, arrival)
         rid = f"live-{uuid.uuid4().hex}"
         task = Task(
             id=rid,
@@ -149,8 +164,9 @@ class JobBuilder:
         thinking = choice.thinking_budget != 0 and self.reasoning_format(model).thinks
         ids = self.tokenize(model, build_messages(task), thinking, "product_docs")
         s = self.config.sampling
+        temperature = s.temperature if body.temperature is None else body.temperature
         sampling = SamplingOptions(
-            s.temperature, s.top_p, body.seed, stream_interval=self.config.endpoints.livestream.stream_interval
+            temperature, s.top_p, body.seed, stream_interval=self.config.endpoints.livestream.stream_interval
         )
         return Job(
             rid,
@@ -176,7 +192,7 @@ class JobBuilder:
         choice = self._choose(viewer, body.arm) if (body.model == AUTO_MODEL or body.arm) else ArmChoice()
         model = (choice.variant or self.config.default_model) if body.model == AUTO_MODEL else body.model
         self._check_model(model)
-        deadline = self._deadline(body.deadline_ms, choice, "chat")
+        deadline = self._deadline(body.deadline_ms, choice, "chat", body.deadline_at, arrival)
         messages = [
             {"role": "system" if m.role == "developer" else m.role, "content": m.text()} for m in body.messages
         ]
@@ -219,4 +235,5 @@ class JobBuilder:
             max_thinking=max_thinking,
             reply_reserve=reserve,
             simulated=simulated,
+            reply_fills_max_tokens=True,
         )
