@@ -19,6 +19,8 @@ from urllib.parse import urlparse
 def dry_run(cfg) -> dict[str, Any]:
     """Check a config without a GPU: variant fields, batch shapes, judge, parameter patterns, the checkpoint (and
     the colocated-vLLM rule for an MoE on CPU), paths, URLs."""
+    from livethink.run_check import Findings, check_path
+
     problems: list[str] = []
     notes: list[str] = []
     spec = cfg.spec
@@ -66,16 +68,17 @@ def dry_run(cfg) -> dict[str, Any]:
             check_cpu_colocate(cfg, str(model))
         except ValueError as exc:
             problems.append(f"trainable_parameters: {exc}")
-    else:
-        notes.append(f"model {model} is not on this machine (the RFT output, needed at run time)")
-    data = Path(cfg.data_dir) / f"{cfg.train_split}.jsonl"
-    if not data.is_file():
-        notes.append(f"data {data} is not on this machine (needed at run time)")
+    found = Findings(problems, notes=notes)
+    check_path(found, "model_name_or_path", cfg.model_name_or_path, what="the RFT student")
+    check_path(found, "data_dir", cfg.data_dir, what="the task data",
+               generated=f"the run generates LiveShop there (data_seed {cfg.data_seed})")
+    data = Path(cfg.data_dir)
+    if data.is_dir() and any(data.iterdir()) and not (data / f"{cfg.train_split}.jsonl").is_file():
+        problems.append(f"data_dir: {data} has no {cfg.train_split}.jsonl (train_split: {cfg.train_split}), and "
+                        "is not empty (an empty or missing one gets LiveShop)")
     local = cfg.per_device_train_batch_size * cfg.steps_per_generation
     report["groups_per_process_per_generation"] = local // cfg.num_generations
-    report["problems"], report["notes"] = problems, notes
-    report["ok"] = not problems
-    return report
+    return found.into(report)
 
 
 def thinking_problems(model: Path) -> list[str]:
@@ -121,8 +124,14 @@ def main(argv: list[str] | None = None) -> int:
         print(f"GRPO ({cfg.variant}) policy saved to {final}")
         return 0
 
-    return training_main("grpo", sys.argv[1:] if argv is None else argv, load,
-                         lambda cfg: dry_run(cfg) | hardware, run)
+    def check(cfg) -> dict[str, Any]:
+        from livethink.run_check import Findings, check_hardware
+
+        found = Findings()
+        check_hardware(found, hardware)
+        return found.into(dry_run(cfg) | hardware)
+
+    return training_main("grpo", sys.argv[1:] if argv is None else argv, load, check, run)
 
 
 if __name__ == "__main__":

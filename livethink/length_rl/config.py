@@ -11,7 +11,9 @@ Zeros mean "derive": ``l_ref: 0`` measures L_ref on the first rollouts, ``siri_l
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
 
+from annotated_types import Interval
 from trl import GRPOConfig
 
 from livethink.config_sections import section_fields, section_settings
@@ -19,6 +21,15 @@ from livethink.length_rl.decoupled import DecoupledOptions
 from livethink.length_rl.registry import Variant
 from livethink.length_rl.tail_batching import TailBatchingOptions
 from livethink.length_rl.variants import get_variant, option_classes, variant_names
+from livethink.option_ranges import (
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Seed,
+    Share,
+    check_ranges,
+)
 from livethink.rewards.judge_settings import JudgeSettings
 
 
@@ -55,14 +66,14 @@ class GRPOVariantConfig(DecoupledOptions, TailBatchingOptions, JudgeFields, *opt
     model_name_or_path: str = field(default="runs/tiny/rft/final", metadata={"help": "RFT student (HF dir)"})
     data_dir: str = field(default="artifacts/tiny/data", metadata={"help": "dir with <split>.jsonl task files"})
     train_split: str = field(default="train")
-    n_prompts: int = field(default=0, metadata={"help": "train prompts used (0 = all)"})
-    data_seed: int = field(default=0, metadata={"help": "seed for generating LiveShop when data_dir is empty"})
+    n_prompts: NonNegativeInt = field(default=0, metadata={"help": "train prompts used (0 = all)"})
+    data_seed: Seed = field(default=0, metadata={"help": "seed for generating LiveShop when data_dir is empty"})
     # the judge: the `judge:` section (JudgeSettings, flags --judge-*)
     # reward weights (TRL's reward_weights are derived from these unless given)
-    w_correct: float = field(default=1.0)
-    w_helpful: float = field(default=1.0)
+    w_correct: NonNegativeFloat = field(default=1.0, metadata={"help": "weight of the correctness reward C"})
+    w_helpful: NonNegativeFloat = field(default=1.0, metadata={"help": "weight of the helpfulness reward H"})
     zero_reward_if_cut: bool = field(default=True, metadata={"help": "a completion cut by the cap (no EOS) scores C = H = 0"})
-    l_ref: float = field(default=0.0, metadata={"help": "reference length (tokens); 0 = mean length of the first rollouts"})
+    l_ref: NonNegativeFloat = field(default=0.0, metadata={"help": "reference length (tokens); 0 = mean length of the first rollouts"})
     freeze_router: bool = field(default=False, metadata={
         "help": "MoE students: no gradient to the routers in stage 2, so the experts a token is sent to stay fixed"})
     trainable_parameters: list[str] | None = field(default=None, metadata={
@@ -72,9 +83,9 @@ class GRPOVariantConfig(DecoupledOptions, TailBatchingOptions, JudgeFields, *opt
     use_peft: bool = field(default=False, metadata={
         "help": "train LoRA adapters instead of the weights: <output_dir>/adapter (over model_name_or_path) and the "
                 "merged <output_dir>/final are both saved"})
-    lora_r: int = field(default=16)
-    lora_alpha: int = field(default=32)
-    lora_dropout: float = field(default=0.05)
+    lora_r: PositiveInt = field(default=16, metadata={"help": "LoRA rank"})
+    lora_alpha: PositiveInt = field(default=32, metadata={"help": "LoRA scale numerator (scale = lora_alpha / lora_r)"})
+    lora_dropout: Annotated[float, Interval(ge=0, lt=1)] = field(default=0.05, metadata={"help": "LoRA dropout"})
     lora_target_modules: list[str] | None = field(default=None, metadata={
         "help": "module names LoRA wraps (default: q_proj k_proj v_proj o_proj)"})
     # rollouts
@@ -88,24 +99,25 @@ class GRPOVariantConfig(DecoupledOptions, TailBatchingOptions, JudgeFields, *opt
     budget_caps: str = field(default="auto", metadata={
         "help": "thinking caps to draw: auto (0 to what budget_deadline_ms holds at budget_tpot_ms), "
                 "uniform:LO:HI or choice:A,B,..."})
-    budget_uncapped_share: float = field(default=0.0, metadata={"help": "share of draws with no cap"})
+    budget_uncapped_share: Share = field(default=0.0, metadata={"help": "share of draws with no cap"})
     budget_cap_scope: str = field(default="group", metadata={
         "help": "group: a prompt's num_generations completions share one drawn cap (compared under one cut); "
                 "completion: each completion draws its own"})
-    budget_deadline_ms: float = field(default=1000.0, metadata={"help": "auto caps: the serving deadline"})
-    budget_tpot_ms: float = field(default=4.0, metadata={
+    budget_deadline_ms: PositiveFloat = field(default=1000.0, metadata={"help": "auto caps: the serving deadline"})
+    budget_tpot_ms: PositiveFloat = field(default=4.0, metadata={
         "help": "auto caps: the served student's decode time per token (livethink eval's latency probes)"})
-    budget_ttft_ms: float = field(default=50.0, metadata={"help": "auto caps: its time to first token"})
-    budget_overhead_ms: float = field(default=50.0, metadata={
+    budget_ttft_ms: NonNegativeFloat = field(default=50.0, metadata={"help": "auto caps: its time to first token"})
+    budget_overhead_ms: NonNegativeFloat = field(default=50.0, metadata={
         "help": "auto caps: the server's margin_ms + finalize_ms"})
-    budget_reply_reserve: int = field(default=48, metadata={"help": "tokens the reply gets after a cut (the server's "
+    budget_reply_reserve: PositiveInt = field(default=48, metadata={"help": "tokens the reply gets after a cut (the server's "
                                                                     "budget.reply_reserve)"})
     # rollouts on CPU
-    vllm_cpu_kvcache_gb: int = field(default=1, metadata={"help": "VLLM_CPU_KVCACHE_SPACE for colocated vLLM on CPU"})
+    vllm_cpu_kvcache_gb: PositiveInt = field(default=1, metadata={"help": "VLLM_CPU_KVCACHE_SPACE for colocated vLLM on CPU"})
     vllm_cpu_unsafe_moe_sync: bool = field(default=False, metadata={
         "help": "allow colocated vLLM on CPU for MoE models although expert weights go stale (timing only)"})
 
     def __post_init__(self) -> None:
+        check_ranges(self)  # every numeric option in its declared range, before TRL's own checks
         super().__post_init__()
         spec = get_variant(self.variant, self)
         self.variant = spec.name  # an alias (baseline) becomes the variant's name (band)

@@ -9,6 +9,9 @@ Per rollout group (rows laid out group after group, G per prompt), following ``U
    at least 16 tokens);
 4. tokens at positions ≥ T(q) leave the loss (mask), and the truncated text is re-scored by the reward.
 
+A completion the judge failed on (``scored`` False: a NaN verdict) is left out of its group's statistics: the
+success rate and T(q) are those of the group's scored completions, and it is never truncated itself.
+
 Predictive dynamic sampling (``DynamicSamplingStats`` in the same repo): with the pass rates (share of groups
 whose reward std > 0) of the last 20 steps, the next step samples
 factor = clip((1/mean)·(1 + std), 1.2, 5.0) times the prompts (population std; no history: 1.5; mean 0: max).
@@ -26,16 +29,32 @@ from livethink.length_rl.advantages import grouped
 MIN_FRACTION_MARGIN = 16
 
 
-def full_correct_groups(correct: torch.Tensor, group_size: int, success_threshold: float = 1.0) -> torch.Tensor:
-    """(N/G,) bool: groups whose share of correct completions is ≥ ``success_threshold``."""
-    return grouped(correct.float(), group_size).mean(dim=1) >= success_threshold - 1e-9
+def scored_or_all(values: torch.Tensor, scored: torch.Tensor | None) -> torch.Tensor:
+    """(N,) bool: ``scored``, or all True when None."""
+    return torch.ones_like(values, dtype=torch.bool) if scored is None else scored.bool().to(values.device)
 
 
-def truncation_thresholds(lengths: torch.Tensor, group_size: int, alpha: float = 3.0) -> torch.Tensor:
-    """(N/G,) long: T(q) = floor(mean(L) + α·std(L)), sample std (0 for a group of one)."""
+def full_correct_groups(correct: torch.Tensor, group_size: int, success_threshold: float = 1.0,
+                        scored: torch.Tensor | None = None) -> torch.Tensor:
+    """(N/G,) bool: groups whose share of correct completions among the scored ones is ≥ ``success_threshold``
+    (False for a group with none scored)."""
+    keep = grouped(scored_or_all(correct, scored), group_size)
+    hits = (grouped(correct.float(), group_size) * keep).sum(dim=1)
+    count = keep.sum(dim=1)
+    return (count > 0) & (hits >= (success_threshold - 1e-9) * count)
+
+
+def truncation_thresholds(lengths: torch.Tensor, group_size: int, alpha: float = 3.0,
+                          scored: torch.Tensor | None = None) -> torch.Tensor:
+    """(N/G,) long: T(q) = floor(mean(L) + α·std(L)) over the group's scored lengths, sample std (0 with fewer
+    than two)."""
+    keep = grouped(scored_or_all(lengths, scored), group_size)
     g = grouped(lengths.double(), group_size)
-    std = g.std(dim=1, unbiased=True) if group_size > 1 else torch.zeros(g.size(0), dtype=g.dtype, device=g.device)
-    return torch.floor(g.mean(dim=1) + alpha * std).long()
+    count = keep.sum(dim=1).clamp(min=1).double()
+    mean = (g * keep).sum(dim=1) / count
+    var = (((g - mean.unsqueeze(1)) ** 2) * keep).sum(dim=1) / (count - 1).clamp(min=1)
+    std = torch.where(keep.sum(dim=1) > 1, var.sqrt(), torch.zeros_like(var))
+    return torch.floor(mean + alpha * std).long()
 
 
 def effective_margin(lengths: torch.Tensor, margin: float) -> torch.Tensor:
@@ -52,12 +71,15 @@ def truncated_lengths(
     alpha: float = 3.0,
     margin: float = 32,
     success_threshold: float = 1.0,
+    scored: torch.Tensor | None = None,
 ) -> torch.Tensor:
-    """(N,) long: each completion's length after DOT (unchanged unless truncated to its group's T)."""
+    """(N,) long: each completion's length after DOT (unchanged unless truncated to its group's T; an unscored one
+    is never truncated)."""
     lengths = lengths.long()
-    selected = full_correct_groups(correct, group_size, success_threshold).repeat_interleave(group_size)
-    threshold = truncation_thresholds(lengths, group_size, alpha).repeat_interleave(group_size)
+    selected = full_correct_groups(correct, group_size, success_threshold, scored).repeat_interleave(group_size)
+    threshold = truncation_thresholds(lengths, group_size, alpha, scored).repeat_interleave(group_size)
     cut = selected & (lengths - threshold >= effective_margin(lengths, margin)) & (threshold < lengths)
+    cut &= scored_or_all(lengths, scored)
     return torch.where(cut, threshold, lengths)
 
 

@@ -7,7 +7,8 @@ variant's hooks:
   turns on dynamic sampling (more prompts, the informative groups kept); ``postprocess_batch`` edits the scored
   batch (masks, labels); calculator-forced digits leave the loss.
 - ``calculate_rewards``: L_ref is measured on the first rollouts (if not given); ``postprocess_rewards`` may
-  re-score, *before* the advantages (and any zero-std filter) are computed.
+  re-score, *before* the advantages (and any zero-std filter) are computed; a judge failure's row becomes all NaN,
+  so TRL leaves it out of its group's statistics (``advantages.leave_out_failures``).
 - ``compute_policy_loss``: the variant's ``compute_loss``, else TRL's.
 - ``shuffle_generation_batch``: whole groups, so a prompt's group never splits across micro-batches (and, with
   ``per_device_train_batch_size × steps_per_generation`` a multiple of G, never across processes).
@@ -25,7 +26,7 @@ from typing import Any
 
 import torch
 
-from livethink.length_rl.advantages import zero_std_groups
+from livethink.length_rl import advantages
 from livethink.length_rl.callbacks import MetricsCallback
 from livethink.length_rl.config import GRPOVariantConfig
 from livethink.length_rl.decoupled_rollouts import decoupled_server_client
@@ -206,9 +207,6 @@ class LengthRLTrainer(GRPOHooks):
         """TRL's reward computation (every reward column, gathered) for re-scoring edited completions."""
         return self.trl_calculate_rewards(inputs, prompts, completions, completion_ids_list)
 
-    def _weighted(self, rewards: torch.Tensor) -> torch.Tensor:
-        return (torch.nan_to_num(rewards) * self.reward_weights.to(rewards.device).unsqueeze(0)).sum(dim=1)
-
     def _set_generation_cap(self, cap: int) -> None:
         if self.use_vllm:
             self.vllm_generation.max_completion_length = cap
@@ -247,11 +245,13 @@ class LengthRLTrainer(GRPOHooks):
         rewards = self.trl_calculate_rewards(inputs, prompts, completions, completion_ids_list)
         rewards = self.variant.postprocess_rewards(
             self, Scored(inputs, prompts, completions, completion_ids_list, all_lengths.cpu(), rewards))
-        self.final_rewards = rewards
+        judge_columns = [i for i in (self.column(CORRECTNESS), self.column(HELPFULNESS)) if i is not None]
+        self.log_metric("judge/failed_share", advantages.judge_failures(rewards, judge_columns).float().mean())
+        self.final_rewards = rewards = advantages.leave_out_failures(rewards, judge_columns)
         if (c := self.column(CORRECTNESS)) is not None:
-            self.log_metric("accuracy", torch.nan_to_num(rewards[:, c]).mean())
+            self.log_metric("accuracy", torch.nan_to_num(torch.nanmean(rewards[:, c])))
         if (h := self.column(HELPFULNESS)) is not None:
-            self.log_metric("helpful_rate", torch.nan_to_num(rewards[:, h]).mean())
+            self.log_metric("helpful_rate", torch.nan_to_num(torch.nanmean(rewards[:, h])))
         if self.reward_context.l_ref is not None:
             self.log_metric("l_ref", self.reward_context.l_ref)
         return rewards
@@ -333,7 +333,7 @@ class LengthRLTrainer(GRPOHooks):
         """Keep the first n_local/G groups with reward std > 0 (filling with masked-out zero-std groups); with tail
         batching, only among the ``usable`` (not deferred) groups."""
         g = self.num_generations
-        flat = zero_std_groups(self._weighted(self.final_rewards), g).cpu()
+        flat = advantages.zero_std_groups(advantages.weighted_rewards(self.final_rewards, self.reward_weights), g).cpu()
         self.pass_rates.append(float((~flat).float().mean()))
         self.log_metric(f"{self.variant.prefix}/pass_rate", self.pass_rates[-1])
         local_flat = flat[self.local_slice(n_total // g)]

@@ -34,7 +34,11 @@ RECHECK: tuple[str, ...] = (
     "GRPOTrainer._generate_and_score_completions: returns the dict with completion_mask, tool_mask, "
     "num_items_in_batch, old_per_token_logps that the variants edit",
     "GRPOTrainer._calculate_rewards(inputs, prompts, completions, completion_ids_list): signature, and that it returns "
-    "the gathered (N, F) rewards before the advantages are computed",
+    "the gathered (N, F) rewards before the advantages are computed; that a row with every column NaN is left out of "
+    "the group's nanmean / nanstd with advantage 0 (judge failures, advantages.leave_out_failures)",
+    "GRPOTrainer._generate_and_score_completions: importance_sampling_ratio = exp(log π_old − log π_vLLM), (B, 1) in "
+    "the sequence_* modes (summed over the tokens; masked to 0 or clamped at vllm_importance_sampling_clip_max, "
+    "default sequence_mask with 3.0), (B, T) in the token_* modes; the drpo variant takes the (B, 1) one",
     "GRPOTrainer._compute_loss(model, inputs): signature; normalised by num_items_in_batch",
     "GRPOTrainer._get_per_token_logps_and_entropies: signature and its (logps, entropies, aux_loss) return",
     "GRPOTrainer._metrics[mode][name] lists, _tokenizer, _step, _buffered_inputs",

@@ -205,7 +205,8 @@ def test_config_validation(setup):
 
 @pytest.mark.parametrize("option, value", [("loss_type", "grpo"), ("epsilon", 0.3), ("beta", 0.04),
                                            ("importance_sampling_level", "sequence"), ("top_entropy_quantile", 0.2),
-                                           ("entropy_coef", 0.01)])
+                                           ("entropy_coef", 0.01), ("off_policy_mask_threshold", 0.5),
+                                           ("delta", 2.0)])
 def test_drpo_rejects_the_trl_options_it_ignores(setup, option, value):
     with pytest.raises(ValueError, match=rf"^{option}: variant drpo ignores this GRPOConfig option"):
         make_config(setup, "drpo", "x", **{option: value})

@@ -2,7 +2,8 @@
 
 In all-correct groups, completions longer than T = floor(mean + α·std) by at least m tokens are truncated to T,
 re-scored (a cut reply scores 0) before the advantages are computed, and masked after T. Optional predictive
-dynamic sampling oversamples prompts and keeps the informative groups.
+dynamic sampling oversamples prompts and keeps the informative groups. A judge failure (NaN C) is left out of its
+group's success rate and T, and is not truncated (``dot.truncated_lengths``'s ``scored``).
 """
 
 from __future__ import annotations
@@ -59,16 +60,18 @@ class Dot(Variant):
             return scored.rewards
         cfg, g, rewards = self.cfg, trainer.num_generations, scored.rewards
         all_lengths = scored.lengths
-        correct = torch.nan_to_num(rewards[:, trainer.column(CORRECTNESS)]).cpu()
+        judged = rewards[:, [trainer.column(CORRECTNESS), trainer.column(HELPFULNESS)]].cpu()
+        judged_ok = ~torch.isnan(judged).any(dim=1)  # a judge failure: out of its group's statistics
+        correct = torch.nan_to_num(judged[:, 0])
         new_lengths = dot.truncated_lengths(all_lengths, correct, g, cfg.dot_alpha, cfg.dot_margin,
-                                            cfg.dot_success_threshold)
+                                            cfg.dot_success_threshold, judged_ok)
         cut = new_lengths < all_lengths
-        selected = dot.full_correct_groups(correct, g, cfg.dot_success_threshold)
+        selected = dot.full_correct_groups(correct, g, cfg.dot_success_threshold, judged_ok)
         trainer.log_metric("dot/truncated_share", cut.float().mean())
         trainer.log_metric("dot/full_correct_group_share", selected.float().mean())
         if selected.any():
             trainer.log_metric("dot/mean_threshold",
-                               dot.truncation_thresholds(all_lengths, g, cfg.dot_alpha)[selected].float().mean())
+                               dot.truncation_thresholds(all_lengths, g, cfg.dot_alpha, judged_ok)[selected].float().mean())
         local = trainer.local_slice(len(scored.completion_ids))
         self.new_lengths = new_lengths[local]
         if not cut.any():
@@ -81,7 +84,7 @@ class Dot(Variant):
         ]
         rescored = trainer.score(scored.inputs, scored.prompts, new_completions, new_ids)
         trainer.log_metric("dot/rescored_accuracy",
-                           torch.nan_to_num(rescored[cut.to(rescored.device), trainer.column(CORRECTNESS)]).mean())
+                           torch.nanmean(rescored[cut.to(rescored.device), trainer.column(CORRECTNESS)]))
         return torch.where(cut.to(rewards.device).unsqueeze(1), rescored, rewards)
 
     def postprocess_batch(self, trainer: Any, output: dict[str, Any], n_rows: int) -> dict[str, Any]:

@@ -8,6 +8,12 @@ options (``ignored_trl_options``) must stay at their defaults.
 the reference answer is first stated (``livethink.rewards.answer_point``). The second prefers, among a group's
 positives, the one whose answer a cut at a small cap would keep; the server cuts thinking at the deadline's cap, so
 it rewards what AnytimeReasoner's forced replies at several cuts reward (arXiv 2505.13438) without generating them.
+
+Rollouts from a behaviour policy (vLLM; one step stale in ``rollout_mode: decoupled``): TRL's sequence-level
+importance ratio (``inputs["importance_sampling_ratio"]``, present whenever ``use_vllm`` and
+``vllm_importance_sampling_correction``) is handed to the loss as its importance weights (``drpo.drpo_loss``'s
+``is_weights``). TRL's token-level modes give one ratio per token, which DRPO's per-completion score cannot take:
+that combination is refused at config time. A judge failure (NaN verdict) is left out of its group (``scored``).
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from livethink.rewards.parse import split_completion
 
 POSITIVES = ("correct", "correct_helpful")
 WEIGHT_BY = ("length", "answer_point")
+SEQUENCE_IS_MODES = ("sequence_mask", "sequence_truncate")  # TRL's IS modes with one ratio per completion
 
 
 @dataclass
@@ -54,7 +61,7 @@ class Drpo(Variant):
     loss = "drpo"
     options = DrpoOptions
     ignored_trl_options = ("loss_type", "epsilon", "beta", "importance_sampling_level", "top_entropy_quantile",
-                           "entropy_coef")
+                           "entropy_coef", "off_policy_mask_threshold", "delta")
 
     def reward_weights(self) -> list[float]:
         return [self.cfg.w_correct, self.cfg.w_helpful]
@@ -68,6 +75,13 @@ class Drpo(Variant):
         if cfg.per_device_train_batch_size % cfg.num_generations:
             raise ValueError(f"drpo needs whole groups in each micro-batch: per_device_train_batch_size "
                              f"({cfg.per_device_train_batch_size}) must be a multiple of num_generations ({cfg.num_generations})")
+        mode = getattr(cfg, "vllm_importance_sampling_mode", "sequence_mask")
+        corrected = getattr(cfg, "use_vllm", False) and getattr(cfg, "vllm_importance_sampling_correction", False)
+        if corrected and mode not in SEQUENCE_IS_MODES:
+            raise ValueError(f"vllm_importance_sampling_mode: drpo scores whole completions and takes one importance "
+                             f"weight per completion, got {mode!r}: use {' or '.join(SEQUENCE_IS_MODES)} (TRL's "
+                             f"default is sequence_mask), or vllm_importance_sampling_correction: false without "
+                             f"rollout_mode: decoupled")
 
     def describe(self) -> tuple[dict[str, Any], list[str]]:
         cfg = self.cfg
@@ -99,12 +113,15 @@ class Drpo(Variant):
         return scored.rewards
 
     def postprocess_batch(self, trainer: Any, output: dict[str, Any], n_rows: int) -> dict[str, Any]:
-        rewards = torch.nan_to_num(trainer.final_rewards)
-        positive = rewards[:, trainer.column(CORRECTNESS)] > 0.5
-        if self.cfg.drpo_positive == "correct_helpful":
-            positive &= rewards[:, trainer.column(HELPFULNESS)] > 0.5
+        rewards = trainer.final_rewards
+        columns = [trainer.column(CORRECTNESS)] + ([trainer.column(HELPFULNESS)]
+                                                   if self.cfg.drpo_positive == "correct_helpful" else [])
+        judged = rewards[:, columns]
+        scored = ~torch.isnan(judged).any(dim=1)  # a judge failure is neither positive nor negative
+        positive = (torch.nan_to_num(judged) > 0.5).all(dim=1) & scored
         device = trainer.accelerator.device
-        output["drpo_positive"] = positive[trainer.local_slice(n_rows)].to(device)
+        local = trainer.local_slice(n_rows)
+        output["drpo_positive"], output["drpo_scored"] = positive[local].to(device), scored[local].to(device)
         if self.answer_tokens is not None:
             if len(self.answer_tokens) != n_rows:
                 raise RuntimeError(f"drpo: {len(self.answer_tokens)} answer points for {n_rows} rows")
@@ -121,9 +138,10 @@ class Drpo(Variant):
             completion_ids.size(1))
         old = inputs.get("old_per_token_logps")
         old = per_token_logps.detach() if old is None else old
+        is_weights = inputs.get("importance_sampling_ratio")  # TRL's ρ = π_old/μ per completion (vLLM rollouts)
         out = drpo.drpo_loss(per_token_logps, old, mask, inputs["drpo_positive"], trainer.num_generations,
                              cfg.drpo_length_cap, cfg.drpo_lambda, cfg.drpo_tau, cfg.drpo_beta, cfg.drpo_delta,
-                             inputs.get("drpo_weight_lengths"))
+                             inputs.get("drpo_weight_lengths"), is_weights, inputs.get("drpo_scored"))
         accumulation = trainer.current_gradient_accumulation_steps if trainer.model.training else 1.0
         loss = out.loss / accumulation
         if trainer.aux_loss_enabled:
@@ -133,4 +151,7 @@ class Drpo(Variant):
         trainer.log_metric("kl", gather(out.kl).mean())
         trainer.log_metric("drpo/weight_entropy", gather(out.weight_entropy.to(out.kl.device)).mean())
         trainer.log_metric("drpo/mixed_group_share", out.mixed_groups / max(1, len(mask) // trainer.num_generations))
+        trainer.log_metric("drpo/kl_over_delta", float(out.kl > cfg.drpo_delta))  # the trust region pressing
+        if is_weights is not None:
+            trainer.log_metric("drpo/is_masked_share", gather((is_weights == 0).float().mean()).mean())
         return loss
