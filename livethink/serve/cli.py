@@ -14,7 +14,6 @@ vLLM spawns its engine process, so this module is the ``__main__`` of the server
 
 from __future__ import annotations
 
-import logging
 import os
 import socket
 import sys
@@ -35,6 +34,10 @@ def main(argv: list[str] | None = None) -> int:
         "--set", action="append", default=[], type=key_value, metavar="KEY=VALUE",
         help="override a config field (dotted key, YAML value; repeatable)",
     )
+    parser.add_argument("--log-format", choices=["text", "json"], default="text",
+                        help="text: a line per record; json: one JSON object per line (access lines included)")
+    parser.add_argument("--log-level", choices=["debug", "info", "warning", "error"],
+                        help="override server.log_level")
     parser.add_argument("--dry-run", action="store_true", help="check the config as start-up would, print a JSON report and exit")
     parser.add_argument("--openapi", metavar="FILE", help="write the OpenAPI document to FILE ('-': stdout) and exit")
     args = parser.parse_args(argv)
@@ -68,10 +71,11 @@ def main(argv: list[str] | None = None) -> int:
 
     from livethink.serve.api.app import create_app
     from livethink.serve.api.clock import uvicorn_http
+    from livethink.serve.telemetry.access_log import configure_logging
 
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    level = config.server.log_level
-    logging.basicConfig(level=level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    level = args.log_level or config.server.log_level
+    configure_logging(level, args.log_format)
     app = create_app(config)
     app.state.exit_on_engine_error = True
     server = uvicorn.Server(

@@ -24,6 +24,7 @@ from pydantic import BaseModel
 
 from livethink import __version__
 from livethink.ab_test.serving import SIMULATED_HEADER
+from livethink.serve.api.access import JOB_KEY, AccessLog
 from livethink.serve.api.api_docs import PROMPT_TOO_LONG, errors, event_stream, install, operation_id
 from livethink.serve.api.clock import CLOCK_KEY, Clock, RequestClock
 from livethink.serve.api.lifespan import ENGINE_GAVE_UP_EXIT, lifespan
@@ -99,6 +100,7 @@ def _start(request: Request, body: LivestreamReplyRequest | ChatCompletionReques
         body = body.model_copy(update={"deadline_at": int(header)})
     prepare = svc.prepare_livestream if isinstance(body, LivestreamReplyRequest) else svc.prepare_chat
     job = prepare(body, simulated, clock.arrival)
+    request.scope[JOB_KEY]["job"] = job  # for the access line
     job.deferred = True
     clock.on_sent(lambda t: svc.finish(job, t))
     svc.admit(job)
@@ -137,6 +139,7 @@ def create_app(
         return svc.controller.loop_lag.value if svc is not None else 0.0
 
     app.add_middleware(RequestClock, lag=loop_lag)
+    app.add_middleware(AccessLog)  # outermost: the request id is on every response, the line after the last byte
     app.router.route_class = ServeRoute
     install_error_handlers(app)
     install(app)
