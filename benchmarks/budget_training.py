@@ -3,14 +3,16 @@
 The RFT student, stage-2 DRPO, and DRPO with budget-forced rollouts (``configs/tiny/grpo_drpo_budget.yaml``: each
 rollout's thinking is cut at a drawn cap as the server cuts it), every stage-2 run from the same RFT student (a
 method with ``after``, such as ``drpo_then_budget64``, from that seed's student of the method it names) on each
-stage-2 seed, each evaluated on the test split with the eval harness (greedy, rubric judge, calculator) uncapped and
-at the thinking caps the server's deadline sets (budget forcing with the server's reply reserve). Per method: the
-mean and 95% t-interval over seeds of correctness at each cap, the floor (smallest cap keeping 90% of the model's
+stage-2 seed, each evaluated on ``--split`` (test unless given; ``validation`` for choices, ``holdout`` for published
+figures only, each look logged) with the eval harness (greedy, rubric judge, calculator) uncapped and
+at the thinking caps the server's deadline sets (budget forcing with the server's reply reserve). Per method
+(``budget_training_report``): the mean over seeds and its interval of correctness at each cap, the floor (smallest cap keeping 90% of the model's
 own uncapped correctness), tokens, ΔC and ΔH against RFT, and where the uncapped thinking first states the
 reference answer (``livethink.rewards.answer_point``: the share of tasks whose thinking states it within 64
 tokens, which a cut at 64 keeps); per seed, the targets of the budget-trained student.
 
     .venv/bin/python benchmarks/budget_training.py --seeds 0,1,2 [--rft runs/tiny/rft/final] [--methods drpo,drpo_budget]
+    .venv/bin/python benchmarks/budget_training.py --report-only [--out benchmarks/results]   # redo the summary
 
 Runs go to ``runs/tiny/bench_budget/<method>/seed<k>`` (a finished run or evaluation is reused); writes
 ``benchmarks/results/budget_training.{json,md,png}``. Each training run and evaluation is its own process.
@@ -31,10 +33,20 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from budget_training_report import (
+    STATISTICS,
+    TARGET_CAP,
+    aggregate,
+    at_cap,
+    markdown,
+    plot,
+    reanalyse,
+    target_tally,
+)
+
 from livethink.data.io import load_tasks
 from livethink.data.reasoning_format import THINK, ReasoningFormat, saved_format
 from livethink.data.schema import Task
-from livethink.eval.compare import t_interval
 from livethink.rewards import answer_point
 from livethink.rewards.brevity import count_tokens
 from livethink.rewards.parse import split_completion
@@ -104,7 +116,6 @@ BUDGET_METHOD = "drpo_then_budget64"  # the shipped budget-trained student, make
 # every method trained for the cut (``targets_by_method``): its config turns on budget-forced rollouts
 BUDGET_METHODS = tuple(name for name, method in METHODS.items() if "budget" in Path(method.config).stem)
 CAPS = (0, 32, 64, 96, 128, 192)
-TARGET_CAP = 64
 
 
 def run(cmd: list[str], log: Path) -> float:
@@ -160,9 +171,9 @@ def share_within(points: list[int], cap: int) -> float:
 
 
 @functools.cache
-def held_out_tasks(data_dir: str) -> dict[str, Task]:
-    """The test split's tasks by id."""
-    return {t.id: t for t in load_tasks(Path(data_dir) / "test.jsonl", strict=True).tasks}
+def held_out_tasks(data_dir: str, split: str = "test") -> dict[str, Task]:
+    """The evaluation split's tasks by id."""
+    return {t.id: t for t in load_tasks(Path(data_dir) / f"{split}.jsonl", strict=True).tasks}
 
 
 def answer_reach(model_dir: str, completions_path: Path, tasks: dict[str, Task]) -> dict[str, float]:
@@ -177,11 +188,11 @@ def answer_reach(model_dir: str, completions_path: Path, tasks: dict[str, Task])
 
 
 def evaluate(args, model_dir: str, name: str) -> dict[str, Any]:
-    """The harness result of one model on the test split, uncapped and at ``CAPS`` (reused when present)."""
-    out = Path(args.runs_dir) / "eval" / name
+    """The harness result of one model on ``args.split``, uncapped and at ``CAPS`` (reused when present)."""
+    out = Path(args.runs_dir) / ("eval" if args.split == "test" else f"eval_{args.split}") / name
     fresh = not (out / "eval.json").is_file()
     if fresh:
-        run(livethink("eval", "--model", model_dir, "--name", name, "--data", args.data_dir, "--split", "test",
+        run(livethink("eval", "--model", model_dir, "--name", name, "--data", args.data_dir, "--split", args.split,
                       "--limit", str(args.eval_n), "--thinking-caps", ",".join(map(str, CAPS)),
                       "--latency-probes", "0", "--engine", args.engine, "--max-tokens", str(args.eval_max_tokens),
                       "--calculator", "--calibration-out", str(out / "thinking_curve.json"), "--out", str(out)),
@@ -192,11 +203,7 @@ def evaluate(args, model_dir: str, name: str) -> dict[str, Any]:
     return {"name": name, "n": overall["n"], "correct": overall["correctness"], "helpful": overall["helpfulness"],
             "tokens": overall["total_tokens"], "caps": list(curve["caps"]), "correct_at_cap": list(curve["correct"]),
             "helpful_at_cap": list(curve["helpful"]), "floor": curve["min_thinking_tokens"], "evaluated_here": fresh,
-            **answer_reach(model_dir, out / "completions" / f"{name}.jsonl", held_out_tasks(args.data_dir))}
-
-
-def at_cap(model: dict[str, Any], cap: int) -> float:
-    return model["correct_at_cap"][model["caps"].index(cap)]
+            **answer_reach(model_dir, out / "completions" / f"{name}.jsonl", held_out_tasks(args.data_dir, args.split))}
 
 
 def verdicts(model: dict[str, Any], rft: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -214,158 +221,21 @@ def verdicts(model: dict[str, Any], rft: dict[str, Any]) -> dict[str, dict[str, 
     }
 
 
-def target_tally(targets: dict[str, dict[str, dict[str, Any]]]) -> dict[str, Any]:
-    """Over one method's seeds (``verdicts`` per seed): the seeds that meet every target, and per target the seeds
-    that meet it."""
-    names = next(iter(targets.values())).keys() if targets else ()
-    return {"seeds": len(targets), "all_met": [s for s, v in targets.items() if all(t["met"] for t in v.values())],
-            "met_by_target": {n: [s for s, v in targets.items() if v[n]["met"]] for n in names}}
-
-
-def interval(values: list[float]) -> dict[str, float | None]:
-    mean, low, high = t_interval(values)
-    return {"mean": mean, "low": low, "high": high, "values": values}
-
-
-def aggregate(method: str, models: list[dict[str, Any]], rft: dict[str, Any]) -> dict[str, Any]:
-    """Mean and 95% t-interval over seeds of every column of one method."""
-    caps = models[0]["caps"]
-    return {
-        "method": method, "seeds": len(models),
-        "correct": interval([m["correct"] for m in models]), "helpful": interval([m["helpful"] for m in models]),
-        "tokens": interval([m["tokens"] for m in models]),
-        "d_correct_pts": interval([100 * (m["correct"] - rft["correct"]) for m in models]),
-        "d_helpful_pts": interval([100 * (m["helpful"] - rft["helpful"]) for m in models]),
-        "token_reduction": interval([1 - m["tokens"] / rft["tokens"] for m in models]),
-        "correct_at_cap": {str(c): interval([at_cap(m, c) for m in models]) for c in caps},
-        "floors": [m["floor"] for m in models],
-        "answer_within_cap": interval([m["answer_within_cap"] for m in models]),
-        "answer_tokens_median": interval([m["answer_tokens_median"] for m in models]),
-    }
-
-
-def _pct(x: dict[str, Any], scale: float = 100.0, digits: int = 1) -> str:
-    mean, low, high = x["mean"], x["low"], x["high"]
-    if low is None:
-        return f"{scale * mean:.{digits}f}"
-    return f"{scale * mean:.{digits}f} [{scale * low:.{digits}f}, {scale * high:.{digits}f}]"
-
-
-def _target_row(seed: str, v: dict[str, Any], cell) -> str:
-    return (f"| {seed} | {cell(v['correct_at_64_vs_rft_uncapped'])} "
-            f"(≥ {100 * v['correct_at_64_vs_rft_uncapped']['target']:.1f}%) | {cell(v['floor_tokens'], False)} | "
-            f"{cell(v['uncapped_correct'])} | {cell(v['uncapped_helpful'])} | {cell(v['token_reduction'])} |")
-
-
-def markdown(report: dict[str, Any]) -> str:
-    rft, rows, meta = report["rft"], report["methods"], report["meta"]
-    caps = rft["caps"]
-    lines = ["# Trained for the server's cut: correctness against the thinking cap", "",
-             f"{rft['n']} test tasks, greedy, rubric judge, calculator on; budget forcing with the server's reply "
-             f"reserve. Stage-2 seeds {meta['seeds']}; mean and 95% t-interval over seeds. Load average before / "
-             f"after: {meta['loadavg_before']} / {meta['loadavg_after']}. Wall time {meta['wall_s']:.0f} s: "
-             f"{meta.get('trained_here', '?')} runs trained and {meta.get('evaluated_here', '?')} models evaluated "
-             "here, the others read back from earlier invocations (greedy evaluation, so their correctness does not "
-             "depend on the load they ran under).", "",
-             f"`{meta['command']}`", "",
-             "## Correctness (%) at each thinking cap", "",
-             "| method | " + " | ".join(str(c) for c in caps) + " | uncapped | floor (tokens) |",
-             "|---|" + "---:|" * (len(caps) + 2)]
-    lines.append("| rft | " + " | ".join(f"{100 * v:.1f}" for v in rft["correct_at_cap"])
-                 + f" | {100 * rft['correct']:.1f} | {rft['floor']} |")
-    for row in rows:
-        lines.append(f"| {row['method']} | " + " | ".join(_pct(row["correct_at_cap"][str(c)]) for c in caps)
-                     + f" | {_pct(row['correct'])} | {', '.join(str(f) for f in row['floors'])} |")
-    lines += ["", "## Tokens, ΔC and ΔH against RFT", "",
-              "| method | tokens | token reduction (%) | ΔC (pts) | ΔH (pts) | H (%) |", "|---|---:|---:|---:|---:|---:|",
-              f"| rft | {rft['tokens']:.1f} | – | – | – | {100 * rft['helpful']:.1f} |"]
-    for row in rows:
-        lines.append(f"| {row['method']} | {_pct(row['tokens'], 1.0)} | {_pct(row['token_reduction'])} | "
-                     f"{_pct(row['d_correct_pts'], 1.0)} | {_pct(row['d_helpful_pts'], 1.0)} | {_pct(row['helpful'])} |")
-
-    lines += ["", "## Where the thinking states the answer", "",
-              f"Uncapped thinking tokens before the reference answer's first mention (all the thinking when it has "
-              f"none); a cut at {TARGET_CAP} tokens keeps the answer of the tasks within it.", "",
-              f"| method | answer within {TARGET_CAP} tokens (%) | median tokens to the answer | C at {TARGET_CAP} (%) |",
-              "|---|---:|---:|---:|",
-              f"| rft | {100 * rft['answer_within_cap']:.1f} | {rft['answer_tokens_median']:.0f} | "
-              f"{100 * at_cap(rft, TARGET_CAP):.1f} |"]
-    for row in rows:
-        lines.append(f"| {row['method']} | {_pct(row['answer_within_cap'])} | {_pct(row['answer_tokens_median'], 1.0, 0)} | "
-                     f"{_pct(row['correct_at_cap'][str(TARGET_CAP)])} |")
-
-    def cell(x: dict[str, Any], pct: bool = True) -> str:
-        value = f"{100 * x['value']:.1f}%" if pct and x["value"] is not None else str(x["value"])
-        return f"{value} {'✓' if x['met'] else '✗'}"
-
-    by_method = report.get("targets_by_method") or {BUDGET_METHOD: report["targets"]}
-    short = {"correct_at_64_vs_rft_uncapped": f"C at {TARGET_CAP}", "floor_tokens": "floor",
-             "uncapped_correct": "uncapped C", "uncapped_helpful": "H", "token_reduction": "tokens"}
-    lines += ["", "## Seeds that meet the targets", "",
-              "Per method trained for the cut: the seeds that meet every target, and per target the seeds that meet "
-              "it.", "", "| method | every target | " + " | ".join(short.values()) + " |", "|---|---|" + "---|" * len(short)]
-    for method, targets in by_method.items():
-        tally = target_tally(targets)
-        cells = [tally["all_met"], *(tally["met_by_target"][name] for name in short)]
-        lines.append(f"| {method} | " + " | ".join(f"{len(seeds)} of {tally['seeds']} ({', '.join(seeds) or 'none'})"
-                                                   for seeds in cells) + " |")
-    for method, targets in by_method.items():
-        lines += ["", f"## Targets of the budget-trained student ({method}), per seed", "",
-                  f"Against the RFT student `{meta.get('rft_dir', 'runs/tiny/rft/final')}` (uncapped "
-                  f"{100 * rft['correct']:.1f}% correct, {100 * rft['helpful']:.1f}% helpful, "
-                  f"{rft['tokens']:.1f} tokens).", "",
-                  "| seed | C at cap 64 ≥ 90% of RFT uncapped | floor ≤ 64 | C ≥ RFT − 2 pts | H ≥ RFT | ≥ 50% fewer tokens |",
-                  "|---|---|---|---|---|---|"]
-        lines += [_target_row(seed, v, cell) for seed, v in targets.items()]
-    lines += ["", "## Training runs", "", "| method | starts from | seed | steps | wall (s) | step time (s) |",
-              "|---|---|---:|---:|---:|---:|"]
-    for r in report["runs"]:
-        lines.append(f"| {r['method']} | {r.get('starts_from', 'rft')} | {r['seed']} | {r['steps']} | "
-                     f"{r['train_wall_s'] or 'reused'} | {r['train_step_s']} |")
-    return "\n".join(lines) + "\n"
-
-
-def plot(report: dict[str, Any], path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rft = report["rft"]
-    caps = rft["caps"]
-    xs = [*caps, caps[-1] + 64]
-    fig, ax = plt.subplots(figsize=(7.5, 4.5), dpi=110)
-    ax.plot(xs, [100 * v for v in rft["correct_at_cap"]] + [100 * rft["correct"]], "o-", color="gray", label="rft")
-    colors = [f"C{j}" for j in range(10) if j != 7]  # C7 is gray, RFT's
-    for i, row in enumerate(report["methods"]):
-        cells = [row["correct_at_cap"][str(c)] for c in caps] + [row["correct"]]
-        mean = [100 * c["mean"] for c in cells]
-        err = [[100 * (c["mean"] - c["low"]) if c["low"] is not None else 0 for c in cells],
-               [100 * (c["high"] - c["mean"]) if c["high"] is not None else 0 for c in cells]]
-        ax.errorbar(xs, mean, yerr=err, fmt="os^Dv"[i // len(colors) % 5] + "-", capsize=3, color=colors[i % len(colors)],
-                    label=f"{row['method']} ({row['seeds']} seeds)")
-    ax.axhline(90 * rft["correct"], ls="--", color="gray", lw=0.8, label="90% of RFT uncapped")
-    ax.set_xticks(xs, [*map(str, caps), "uncapped"])
-    ax.set_xlabel("thinking cap (tokens)")
-    ax.set_ylabel("correct (%)")
-    ax.set_title("Correctness against the thinking cap (test split, 95% t-interval over seeds)")
-    ax.legend(fontsize=8)
-    fig.tight_layout()
-    fig.savefig(path)
-    plt.close(fig)
-
-
 def parse(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--rft", default="runs/tiny/rft/final", help="the RFT student every stage-2 run starts from")
     p.add_argument("--data-dir", default="artifacts/tiny/data")
     p.add_argument("--methods", default=",".join(METHODS), help=f"of {', '.join(METHODS)}")
     p.add_argument("--seeds", default="0,1,2", help="stage-2 seeds")
-    p.add_argument("--eval-n", type=int, default=0, help="test tasks (0 = the whole split)")
+    p.add_argument("--split", default="test", choices=["validation", "test", "holdout"],
+                   help="the evaluation split (holdout: published figures only, each look logged)")
+    p.add_argument("--eval-n", type=int, default=0, help="tasks of the split (0 = all of them)")
     p.add_argument("--eval-max-tokens", type=int, default=768)
     p.add_argument("--engine", default="vllm", choices=["vllm", "transformers", "auto"])
     p.add_argument("--runs-dir", default="runs/tiny/bench_budget")
     p.add_argument("--out", default="benchmarks/results")
+    p.add_argument("--report-only", action="store_true",
+                   help="redo the summary, report and plot of OUT/budget_training.json from its per-seed rows")
     args = p.parse_args(argv)
     unknown = [m for m in args.methods.split(",") if m not in METHODS]
     if unknown:
@@ -377,8 +247,21 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     return args
 
 
+def write(report: dict[str, Any], out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "budget_training.json").write_text(json.dumps(report, indent=2) + "\n")
+    (out / "budget_training.md").write_text(markdown(report))
+    plot(report, out / "budget_training.png")
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
+    if args.report_only:
+        src = Path(args.out) / "budget_training.json"
+        report = reanalyse(json.loads(src.read_text()))
+        write(report, Path(args.out))
+        print(markdown(report))
+        return 0
     started, loadavg_before = time.perf_counter(), [round(x, 2) for x in os.getloadavg()]
     methods = args.methods.split(",")
     runs = [train(args, m, s) for m in methods for s in args.seed_list]
@@ -386,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     models = {(r["method"], r["seed"]): evaluate(args, r["dir"], f"{r['method']}-seed{r['seed']}") for r in runs}
     report = {
         "meta": {"command": "python benchmarks/budget_training.py " + shlex.join(argv if argv is not None else sys.argv[1:]),
-                 "rft_dir": args.rft, "shipped_method": BUDGET_METHOD, "seeds": args.seed_list, "caps": list(CAPS), "loadavg_before": loadavg_before,
+                 "rft_dir": args.rft, "split": args.split, "shipped_method": BUDGET_METHOD, "seeds": args.seed_list, "caps": list(CAPS), "loadavg_before": loadavg_before,
                  "loadavg_after": [round(x, 2) for x in os.getloadavg()], "wall_s": round(time.perf_counter() - started, 1),
                  "cpus": os.cpu_count(), "trained_here": sum(r["trained_here"] for r in runs),
                  "evaluated_here": sum(m["evaluated_here"] for m in [rft, *models.values()])},
@@ -399,11 +282,8 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
     }
     report["target_tally"] = {m: target_tally(t) for m, t in report["targets_by_method"].items()}
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "budget_training.json").write_text(json.dumps(report, indent=2) + "\n")
-    (out / "budget_training.md").write_text(markdown(report))
-    plot(report, out / "budget_training.png")
+    report["meta"]["statistics"] = STATISTICS
+    write(report, Path(args.out))
     print(markdown(report))
     return 0
 

@@ -127,7 +127,7 @@ def rebuild_report(out: Path) -> int:
     if "per_seed" not in report:
         print(f"{path} has no per-seed rows (written before --seeds): run the benchmark again", file=sys.stderr)
         return 2
-    report.update(analyse(report["per_seed"], report["rows"][0]))
+    report.update(analyse(report["per_seed"], report["rows"][0], report["meta"]["eval_tasks"]))
     write_outputs(report, out)
     print(markdown(report))
     return 0
@@ -308,7 +308,7 @@ def main(argv: list[str] | None = None) -> int:
                  "total_wall_min": round(total, 1), **({"extends": extends} if extends else {})},
         "per_seed": per_seed, "rollout_timing": timing, "failed_runs": failed,
     }
-    report.update(analyse(per_seed, rft_row))
+    report.update(analyse(per_seed, rft_row, budget["eval_tasks"]))
     write_outputs(report, out)
     from livethink.eval.report import write_report
 

@@ -7,7 +7,8 @@ from typing import Any
 
 from compression_runs import BASELINES, LIVETHINK, split_method
 
-from livethink.eval.compare import interpolate_at, t_interval
+from livethink.eval.compare import interpolate_at
+from livethink.eval.intervals import paired_bootstrap, pooled_rate, rate_difference, seed_range
 
 
 def curve_columns(result: dict[str, Any], cap: int = 64) -> dict[str, Any]:
@@ -37,16 +38,14 @@ def compare(rows: list[dict[str, Any]], rft: dict[str, Any]) -> None:
 
 
 def paired_deltas(rft_samples: list[dict[str, Any]], samples: list[dict[str, Any]]) -> dict[str, list[float]]:
-    """95% paired confidence intervals (points) of ΔC and ΔH against the RFT student, over the tasks both were
+    """95% paired bootstrap intervals (points) of ΔC and ΔH against the RFT student, over the tasks both were
     scored on: the same test tasks, so task difficulty cancels out of the difference."""
-    from livethink.eval.metrics import paired_difference
-
     base = {s["task_id"]: s for s in rft_samples}
     pairs = [(base[s["task_id"]], s) for s in samples if s["task_id"] in base]
     out = {}
     for metric, key in (("correct", "d_correctness_ci_pts"), ("helpful", "d_helpfulness_ci_pts")):
-        d = paired_difference([float(b[metric]) for b, _ in pairs], [float(a[metric]) for _, a in pairs])
-        out[key] = [round(100 * d["low"], 1), round(100 * d["high"], 1)]
+        d = paired_bootstrap([float(a[metric]) for _, a in pairs], [float(b[metric]) for b, _ in pairs])
+        out[key] = [round(100 * d.low, 1), round(100 * d.high, 1)]
     return out
 
 
@@ -67,13 +66,16 @@ def versus_baselines(rows: list[dict[str, Any]], rft: dict[str, Any], challenger
 
 
 def versus(a: dict[str, Any], b: dict[str, Any]) -> str:
-    """How variant ``a`` compares with ``b`` (a baseline): dominance on tokens and quality."""
+    """How variant ``a`` compares with ``b`` (a baseline's point at equal tokens) on the means over seeds: no claim
+    that one beats the other (that needs a paired interval, and ``b`` is interpolated, evaluated on no task)."""
     fewer = a["tokens"] <= b["tokens"]
     c_ok, h_ok = a["correctness"] >= b["correctness"], a["helpfulness"] >= b["helpfulness"]
     if fewer and c_ok and h_ok:
-        return f"matches or beats {b['name']} (no more tokens, no less correctness and helpfulness)"
+        return (f"at or above {b['name']} on the means (no more tokens, no less correctness and helpfulness; "
+                "not a tested difference)")
     if a["tokens"] >= b["tokens"] and not c_ok and not h_ok:
-        return f"loses to {b['name']} (more tokens, less correctness and helpfulness)"
+        return (f"below {b['name']} on the means (more tokens, less correctness and helpfulness; "
+                "not a tested difference)")
     return (f"trade-off with {b['name']}: tokens {a['tokens']:.0f} vs {b['tokens']:.0f}, correctness "
             f"{100 * a['correctness']:.1f}% vs {100 * b['correctness']:.1f}%, helpfulness {100 * a['helpfulness']:.1f}% vs "
             f"{100 * b['helpfulness']:.1f}%")
@@ -81,11 +83,31 @@ def versus(a: dict[str, Any], b: dict[str, Any]) -> str:
 
 SUMMARY_KEYS = {"tokens": 1, "correctness": 4, "helpfulness": 4, "truncated_rate": 4, "token_reduction": 4,
                 "d_correctness_pts": 2, "d_helpfulness_pts": 2, "correct_at_64": 4, "floor": 1}  # key -> decimals
+SHARES = ("correctness", "helpfulness", "truncated_rate", "correct_at_64")  # shares of the evaluation's tasks
+DELTAS = {"d_correctness_pts": "correctness", "d_helpfulness_pts": "helpfulness"}  # points against the RFT student
 
 
-def aggregate(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
+def summary_interval(key: str, rs: list[dict[str, Any]], rft: dict[str, Any], n_tasks: int) -> list[float] | None:
+    """The interval of ``key``'s mean over the seeds ``rs`` (``livethink.eval.intervals``): a share of tasks, the
+    Clopper–Pearson interval pooled over tasks × seeds; ΔC / ΔH, Newcombe's unpaired interval against the RFT
+    student (the results hold no per-task verdicts to pair over seeds); anything else, its range over seeds (none
+    for one seed)."""
+    if key in SHARES:
+        ci = pooled_rate([r[key] for r in rs], n_tasks)
+    elif key in DELTAS:
+        rate = DELTAS[key]
+        ci = rate_difference([r[rate] for r in rs], n_tasks, [rft[rate]], n_tasks)
+        return [round(100 * ci.low, 2), round(100 * ci.high, 2)]
+    elif len(rs) > 1:
+        ci = seed_range([r[key] for r in rs])
+    else:
+        return None
+    return [round(ci.low, SUMMARY_KEYS[key]), round(ci.high, SUMMARY_KEYS[key])]
+
+
+def aggregate(per_seed: list[dict[str, Any]], rft: dict[str, Any], n_tasks: int) -> list[dict[str, Any]]:
     """One row per method (``name``, in order of first appearance): each ``SUMMARY_KEYS`` value's mean over the
-    seeds, its 95% t-interval in ``ci``, and on how many seeds the stage-2 target was met."""
+    seeds, its interval in ``ci`` (``summary_interval``), and on how many seeds the stage-2 target was met."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in per_seed:
         groups.setdefault(r["name"], []).append(r)
@@ -94,12 +116,10 @@ def aggregate(per_seed: list[dict[str, Any]]) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"name": name, "kind": rs[0]["kind"], "variant": rs[0]["variant"],
                                "seeds": [r["seed"] for r in rs], "ci": {}}
         for key, digits in SUMMARY_KEYS.items():
-            values = [r[key] for r in rs if r.get(key) is not None]
-            if len(values) != len(rs):
+            if any(r.get(key) is None for r in rs):
                 continue
-            mean, low, high = t_interval(values)
-            row[key] = round(mean, digits)
-            row["ci"][key] = None if low is None else [round(low, digits), round(high, digits)]
+            row[key] = round(sum(r[key] for r in rs) / len(rs), digits)
+            row["ci"][key] = summary_interval(key, rs, rft, n_tasks)
         row["meets_target_seeds"] = sum(bool(r.get("meets_target")) for r in rs)
         out.append(row)
     return out
@@ -126,12 +146,12 @@ def target_verdicts(per_seed: list[dict[str, Any]], name: str, rft: dict[str, An
     return out
 
 
-def analyse(per_seed: list[dict[str, Any]], rft: dict[str, Any]) -> dict[str, Any]:
-    """Deltas per seed, the summary over seeds, the best livethink variant with its verdict per seed, and SIRI, DOT
-    and DRPO against every baseline at equal tokens."""
+def analyse(per_seed: list[dict[str, Any]], rft: dict[str, Any], n_tasks: int) -> dict[str, Any]:
+    """Deltas per seed, the summary over seeds (each seed evaluated on the same ``n_tasks`` tasks), the best
+    livethink variant with its verdict per seed, and SIRI, DOT and DRPO against every baseline at equal tokens."""
     for seed in sorted({r["seed"] for r in per_seed}):
         compare([r for r in per_seed if r["seed"] == seed], rft)
-    summary = aggregate(per_seed)
+    summary = aggregate(per_seed, rft, n_tasks)
     best = pick_best_livethink(summary)
     return {"rows": [rft, *summary], "best": best,
             "best_verdicts": target_verdicts(per_seed, best["name"], rft) if best else {},

@@ -9,6 +9,10 @@ from compression_runs import BASELINES, TRANSFORMERS_ROLLOUTS_WHY, split_method
 
 from livethink.eval.compare import pareto_front
 
+STATISTICS = ("shares of tasks (correctness, helpfulness, truncated, C at cap 64): Clopper–Pearson 95% pooled over "
+              "tasks × seeds; Δ C and Δ H: Newcombe 95%, unpaired (the results hold no per-task verdicts to pair over "
+              "seeds); tokens, reduction and floor: min and max over seeds (none for one seed).")
+
 
 def _err(row: dict[str, Any], key: str, scale: float = 1.0) -> list[list[float]] | None:
     ci = (row.get("ci") or {}).get(key)
@@ -18,7 +22,8 @@ def _err(row: dict[str, Any], key: str, scale: float = 1.0) -> list[list[float]]
 
 
 def plot(rows: list[dict[str, Any]], path: Path) -> None:
-    """Correctness and helpfulness against tokens, every method at its mean over seeds with its 95% intervals."""
+    """Correctness and helpfulness against tokens, every method at its mean over seeds with its intervals (rates:
+    Clopper–Pearson pooled over tasks × seeds; tokens: the range over seeds)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -42,7 +47,7 @@ def plot(rows: list[dict[str, Any]], path: Path) -> None:
             ax.annotate(r["name"], (t, q), textcoords="offset points", xytext=(5, 4), fontsize=7)
         ax.set_xlabel("mean tokens per reply (reasoning + reply)")
         ax.set_ylabel(f"{metric} (%)")
-        ax.set_title(f"{metric} vs tokens: mean ± 95% interval over seeds")
+        ax.set_title(f"{metric} vs tokens: mean over seeds (CP 95% pooled; tokens: range)", fontsize=9)
         ax.grid(alpha=0.3)
     fig.legend(*axes[0].get_legend_handles_labels(), loc="lower left", ncol=2, fontsize=8, frameon=False)
     fig.text(0.99, 0.012, "circles: livethink variants (orange: +lora / +all); squares: baselines; hollow: midpoint "
@@ -110,8 +115,7 @@ def markdown(report: dict[str, Any]) -> str:
         f"says `+lora` (LoRA adapters on the attention projections) or `+all` (every parameter). Evaluation: {m['eval_tasks']} test tasks, greedy, max "
         f"{m['eval_max_tokens']} tokens, rubric judge, tokens counted with the student tokenizer. Calculator-assisted "
         f"decoding (rollouts and evaluation): {'on' if m.get('calculator') else 'off'}.", "",
-        f"Mean over {n} seed{'s' if n > 1 else ''}, with the 95% t-interval over seeds in brackets"
-        + (" (none with one seed)." if n < 2 else "."), "",
+        f"Mean over {n} seed{'s' if n > 1 else ''}; brackets: {STATISTICS}", "",
         "| method | kind | tokens/reply | reduction vs RFT | Δ C (pts) | Δ H (pts) | correctness | helpfulness | "
         "C at cap 64 | floor (tokens) | target met (seeds) |",
         "|---|---|---|---|---|---|---|---|---|---|---|",
@@ -158,7 +162,8 @@ def markdown(report: dict[str, Any]) -> str:
     if not report.get("vs_baselines"):
         lines.append("- (not evaluated)")
     lines += ["", "## Per seed", "",
-              "Brackets: 95% paired interval of the change over the same test tasks (paired t).", "",
+              "Brackets: 95% paired interval of the change over the same test tasks (a paired bootstrap over tasks; "
+              "runs recorded before issue #55 keep the paired t-interval computed then).", "",
               "| method | seed | tokens/reply | reduction | Δ C (pts) | Δ H (pts) | truncated | train min | s/step |",
               "|---|---|---|---|---|---|---|---|---|"]
     for r in report.get("per_seed", []):
@@ -178,5 +183,5 @@ def markdown(report: dict[str, Any]) -> str:
                              f"| {v.get('mean_length')} |")
         if t.get("note"):
             lines += ["", t["note"]]
-    lines += ["", "![correctness and helpfulness vs tokens, mean ± 95% interval over seeds](compression_pareto.png)", ""]
+    lines += ["", "![correctness and helpfulness vs tokens, means over seeds with their intervals](compression_pareto.png)", ""]
     return "\n".join(lines)

@@ -41,15 +41,25 @@ def _pct(x: float, digits: int = 1) -> str:
     return f"{_num(100 * x, digits)}%"
 
 
+def _rate(share: float, n: int) -> str:
+    """A share of ``n`` trials with its Clopper–Pearson 95% interval: ``44.4% [40.0, 48.9]``."""
+    from livethink.eval.intervals import pass_rate
+
+    ci = pass_rate(round(share * n), n)
+    return f"{_pct(share)}{_bracket(ci.low, ci.high, scale=100)}"
+
+
 # -- stage 1 ---------------------------------------------------------------------------------------------
 def stage1(teacher: Report, compression: Report) -> list[str]:
-    """The scripted teacher and the tiny RFT student: correct, helpful, tokens per reply."""
+    """The scripted teacher and the tiny RFT student: correct, helpful (brackets: Clopper–Pearson 95%), tokens per
+    reply."""
     t, rft = teacher["overall"], compression["rows"][0]
-    return ["| model | correct | helpful | tokens per reply |", "|---|---:|---:|---:|",
-            f"| scripted teacher ({t['samples']:,} train tasks) | {_pct(t['correct'])} | {_pct(t['helpful'])} | "
+    n, m = t["samples"], compression["meta"]["eval_tasks"]
+    return ["| model | correct [95%] | helpful [95%] | tokens per reply |", "|---|---:|---:|---:|",
+            f"| scripted teacher ({n:,} train tasks) | {_rate(t['correct'], n)} | {_rate(t['helpful'], n)} | "
             f"{t['mean_trace_tokens']:.1f} (minimal correct trace: {t['mean_minimal_tokens']:.1f}) |",
-            f"| tiny MoE student after RFT ({compression['meta']['eval_tasks']} test tasks) | "
-            f"{_pct(rft['correctness'])} | {_pct(rft['helpfulness'])} | {rft['tokens']:.1f} |"]
+            f"| tiny MoE student after RFT ({m} test tasks) | "
+            f"{_rate(rft['correctness'], m)} | {_rate(rft['helpfulness'], m)} | {rft['tokens']:.1f} |"]
 
 
 # -- stage 2 ---------------------------------------------------------------------------------------------
@@ -75,7 +85,9 @@ def compression(report: Report) -> list[str]:
     """Each stage-2 method against the RFT student: tokens, reduction, ΔC, ΔH (95% intervals), target verdicts."""
     meta, rft = report["meta"], report["rows"][0]
     per_seed = {(r["name"], r["seed"]): r for r in report["per_seed"]}
-    lines = [_compression_caption(meta) + " Brackets: 95% interval over seeds, or over tasks (paired) for one seed.", "",
+    lines = [_compression_caption(meta) + " Brackets: tokens and reduction, min and max over seeds; Δ C and Δ H, "
+             "Newcombe 95%, unpaired (the results hold no per-task verdicts to pair), so no row is claimed better "
+             "than RFT on them.", "",
              "| method | seeds | tokens | reduction | Δ C (pts) | Δ H (pts) | target met |", "|---|---|---|---|---|---|---|",
              f"| RFT student | – | {rft['tokens']:.1f} | – | ({_pct(rft['correctness'])}) | "
              f"({_pct(rft['helpfulness'])}) | – |"]
@@ -114,7 +126,8 @@ def compression_brief(report: Report) -> list[str]:
 
 
 def budget_training(report: Report) -> list[str]:
-    """Correctness at each thinking cap, tokens and floors: RFT and each shipped stage-2 config over seeds."""
+    """Correctness at each thinking cap, tokens and floors: RFT and each shipped stage-2 config, means over seeds
+    with the Clopper–Pearson 95% interval pooled over tasks × seeds."""
     rft, caps = report["rft"], report["rft"]["caps"]
     names = {"drpo": "DRPO", "drpo_budget": "DRPO trained for the cut, one run",
              "drpo_then_budget64": "DRPO, then trained for the cut (the demo's)"}
@@ -143,13 +156,16 @@ def budget_training_summary(report: Report) -> list[str]:
     floor64 = sum(t["floor_tokens"]["met"] for t in targets)
     every = sum(all(v["met"] for v in t.values()) for t in targets)
     floors = sorted(cut["floors"])
-    return [f"The demo's student (`grpo_{shipped}.yaml`) is right {100 * cut['correct_at_cap']['64']['mean']:.1f}% "
+    from livethink.eval.intervals import pass_rate
+
+    passed, c64 = pass_rate(every, len(targets)), cut["correct_at_cap"]["64"]
+    return [f"The demo's student (`grpo_{shipped}.yaml`) is right {_pct(c64['mean'])}{_bracket(c64['low'], c64['high'], 100)} "
             f"at a 64-token cap (RFT {100 * rft['correct_at_cap'][at64]:.1f}%, plain DRPO {100 * plain['correct_at_cap']['64']['mean']:.1f}%) "
             f"with floors of {floors[0]}–{floors[-1]} tokens (RFT {rft['floor']}); uncapped it is right "
             f"{100 * cut['correct']['mean']:.1f}% (RFT {100 * rft['correct']:.1f}%) in {cut['tokens']['mean']:.0f} "
             f"tokens. The product's target, {_pct(targets[0]['correct_at_64_vs_rft_uncapped']['target'])} right at a "
             f"64-token cap (90% of RFT uncapped), is met on {met64} of {len(targets)} seeds, a 64-token floor on "
-            f"{floor64}, every target on {every}."]
+            f"{floor64}, every target on {every} (95%: {_num(100 * passed.low, 0)}–{_num(100 * passed.high, 0)}%)."]
 
 
 # -- serving ---------------------------------------------------------------------------------------------
@@ -236,7 +252,8 @@ def rollouts(report: Report) -> list[str]:
              f"{', '.join(map(str, meta['seeds']))}; final students on {meta['eval_tasks']} test tasks"
              + (f"; on {meta['machine']}, the trainer in bf16" if meta.get("device") == "cuda" else "")
              + ("; sync and tail roll out on transformers `generate`" if meta.get("rollout_engine") == "transformers"
-                else "") + ". Brackets: 95% interval over seeds.", "",
+                else "") + ". Brackets: C and H, Clopper–Pearson 95% pooled over tasks × seeds; the rest, min and "
+             "max over seeds.", "",
              "| mode | run wall (s) | speed-up | engine idle | trainer idle | staleness (bound) | tokens | C (%) | H (%) "
              "| inside sync's interval (T/C/H) |", "|---|---|---|---|---|---|---|---|---|---|"]
     for row in report["tiny"]["summary"]:

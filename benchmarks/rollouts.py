@@ -86,6 +86,8 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--smoke", action="store_true", help="a miniature run for the test: " + json.dumps(SMOKE))
     p.add_argument("--merge", nargs="+", metavar="REPORT.json", default=[], help="write one report from these "
                    "reports of the same settings (e.g. seeds run on separate machines) to --out, training nothing")
+    p.add_argument("--report-only", action="store_true",
+                   help="redo the analysis, report and plot of <out>.json from its records, training nothing")
     p.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more `livethink grpo` options, last")
     args = p.parse_args(argv)
     if args.smoke:
@@ -157,10 +159,22 @@ def merge_reports(args, argv: list[str] | None) -> int:
     return 0
 
 
+def rebuild_report(out: Path) -> int:
+    """``--report-only``: the analysis of ``<out>.json`` redone from its per-run records (tiny and SmolLM2)."""
+    report = json.loads(out.with_suffix(".json").read_text())
+    for part in ("tiny", "smollm2"):
+        if report.get(part):
+            report[part].update(analyse(report[part]["records"]))
+    write_report(report, out)
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse(argv)
     if args.merge:
         return merge_reports(args, argv)
+    if args.report_only:
+        return rebuild_report((ROOT / args.out).resolve())
     started, loadavg_before = time.perf_counter(), [round(x, 2) for x in os.getloadavg()]
 
     def log(msg: str) -> None:

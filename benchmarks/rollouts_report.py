@@ -1,5 +1,9 @@
 """The rollout benchmark's analysis and outputs (pure but for the plot): per mode over seeds, the speed-up against
-``sync``, each mode's quality against sync's 95% interval, the Markdown report and the plot."""
+``sync``, each mode's quality against sync's interval, the Markdown report and the plot.
+
+Intervals (``livethink.eval.intervals``): correctness and helpfulness, shares of the evaluation's tasks, carry the
+Clopper–Pearson 95% interval pooled over tasks × seeds; every other figure (times, idle shares, tokens) its range
+over seeds (none with one seed)."""
 
 from __future__ import annotations
 
@@ -7,12 +11,15 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from livethink.eval.compare import t_interval
+from livethink.eval.intervals import pooled_rate, seed_range
 
-# key -> decimals of the per-mode mean and its 95% t-interval over seeds
+# key -> decimals of the per-mode mean and its interval (``SHARES``) or range over seeds
 SUMMARY_KEYS = {"train_wall_s": 1, "loop_s": 1, "completions_per_s": 3, "engine_idle_share": 4,
                 "trainer_idle_share": 4, "tokens": 1, "correctness": 4, "helpfulness": 4}
 QUALITY = ("tokens", "correctness", "helpfulness")
+SHARES = ("correctness", "helpfulness")  # shares of the evaluation's tasks
+STATISTICS = ("Means over seeds; brackets: correctness and helpfulness, Clopper–Pearson 95% pooled over tasks × seeds; "
+              "every other figure, its min and max over seeds (none with one seed).")
 
 ROLLOUT_ENGINES = {"vllm": "colocated vLLM", "transformers": "the policy's own transformers `generate`"}
 
@@ -30,7 +37,8 @@ def percentiles(values: list[float]) -> dict[str, Any]:
 
 def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per mode (in order of first appearance): each ``SUMMARY_KEYS`` value's mean over seeds with its
-    95% t-interval in ``ci``, the largest staleness, and the completion lengths (per-step means, pooled)."""
+    interval or range in ``ci`` (module docstring), the largest staleness, and the completion lengths (per-step
+    means, pooled)."""
     groups: dict[str, list[dict[str, Any]]] = {}
     for r in records:
         groups.setdefault(r["mode"], []).append(r)
@@ -42,9 +50,12 @@ def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
             if not values or len(values) != len(rs):
                 row[key] = None
                 continue
-            mean, low, high = t_interval(values)
-            row[key] = round(mean, digits)
-            row["ci"][key] = None if low is None else [round(low, digits), round(high, digits)]
+            if key in SHARES:
+                ci = pooled_rate(values, [r["eval_tasks"] for r in rs])
+            else:
+                ci = seed_range(values) if len(values) > 1 else None
+            row[key] = round(statistics.fmean(values), digits)
+            row["ci"][key] = None if ci is None else [round(ci.low, digits), round(ci.high, digits)]
         row["staleness_max"] = max(r["staleness_max"] for r in rs)
         row["staleness_bound"] = rs[0]["staleness_bound"]
         row["staleness_ok"] = all(r["staleness_ok"] for r in rs)
@@ -62,7 +73,7 @@ def aggregate(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def against_sync(summary: list[dict[str, Any]]) -> None:
     """Adds to each mode its speed-up over ``sync`` (run wall time and loop time, means over seeds) and, per
-    quality figure, whether its mean lies inside sync's 95% interval (None where sync has no interval)."""
+    quality figure, whether its mean lies inside sync's interval or range (None where sync has none)."""
     sync = next((r for r in summary if r["mode"] == "sync"), None)
     for r in summary:
         if sync is None:
@@ -185,7 +196,7 @@ def _yes(v: bool | None) -> str:
 def section(title: str, part: dict[str, Any], unsupported: dict[str, str]) -> list[str]:
     lines = [f"## {title}", "",
              "| mode | run wall (min) | loop (min) | completions/s | engine idle | trainer idle | speed-up vs sync | "
-             "staleness max (bound) | tokens | correctness | helpfulness | inside sync's 95% CI (T/C/H) |",
+             "staleness max (bound) | tokens | correctness | helpfulness | inside sync's interval (T/C/H) |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in part["summary"]:
         inside = r.get("inside_sync_ci") or {}
@@ -229,7 +240,7 @@ def markdown(report: dict[str, Any]) -> str:
              f"server process beside the trainer (its start-up counted in the run wall time), max_staleness "
              f"{m['max_staleness']}. Final students evaluated on {m['eval_tasks']} test tasks (greedy, max "
              f"{m['eval_max_tokens']} tokens, rubric judge).", "",
-             "Means over seeds with the 95% t-interval in brackets (none with one seed). Run wall: the training "
+             STATISTICS + " Run wall: the training "
              "process (plus the server for decoupled and both); loop: the training loop alone (`elapsed_s`). completions/s: "
              "completions trained on / loop time. " + m["idle_note"], ""]
     lines += section("Tiny student", report["tiny"], report.get("unsupported", {}))
@@ -244,7 +255,7 @@ def markdown(report: dict[str, Any]) -> str:
 
 
 def plot(report: dict[str, Any], path: Path) -> None:
-    """Run wall time, idle shares and correctness vs tokens per mode (means, 95% intervals)."""
+    """Run wall time, idle shares and correctness vs tokens per mode (means; intervals or ranges as in the report)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -281,7 +292,7 @@ def plot(report: dict[str, Any], path: Path) -> None:
             c.annotate(r["mode"], (r["tokens"], 100 * r["correctness"]), textcoords="offset points", xytext=(5, 4))
     c.set_xlabel("tokens per reply")
     c.set_ylabel("correctness (%)")
-    c.set_title("final student, 95% interval over seeds")
+    c.set_title("final student (C: CP 95% tasks × seeds; tokens: range)", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)

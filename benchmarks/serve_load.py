@@ -166,7 +166,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rft", type=Path, help=f"RFT student without --model (default: RUNS/{RFT_STUDENT})")
     p.add_argument("--drpo", type=Path, help=f"compressed student without --model (default: RUNS/{SERVED_STUDENT})")
     p.add_argument("--data", type=Path, default=ROOT / "artifacts/tiny/data")
-    p.add_argument("--split", default="validation", choices=["validation", "test"])
+    p.add_argument("--split", default="validation", choices=["validation", "test", "holdout"],
+                   help="holdout: published figures only; each run is appended to the holdout log")
     p.add_argument("--rates", help=f"default {FULL['rates']} (--quick: {QUICK['rates']})")
     p.add_argument("--duration", type=float, help=f"s per rate; default {FULL['duration']:g} (--quick: {QUICK['duration']:g})")
     p.add_argument("--deadline-ms", type=int, default=1000, help="deadline of scenarios 1-3")
@@ -343,6 +344,10 @@ def main(argv: list[str] | None = None) -> int:
                              "total_s": round(time.monotonic() - t_start, 1)}
     result["command"] = "python benchmarks/serve_load.py " + " ".join(argv if argv is not None else sys.argv[1:])
     md = write_report(result, args.out, args.tag)
+    from livethink.eval.holdout_log import record_holdout_eval
+
+    record_holdout_eval(args.split, command=result["command"], models=[str(v) for v in arms.values()],
+                        computed=["goodput", "latency"], extra={"benchmark": "serve_load", "names": names})
     shutil.rmtree(workdir, ignore_errors=True)
     print(md.read_text())
     return 0

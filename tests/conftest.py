@@ -80,6 +80,12 @@ def pytest_runtest_setup(item: pytest.Item) -> None:
         os.nice(LIGHT_NICE)
 
 
+@pytest.fixture(autouse=True)
+def _holdout_log_elsewhere(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test appends to the tracked ``benchmarks/results/holdout_log.jsonl``: the log goes to a temp file."""
+    monkeypatch.setenv("LIVETHINK_HOLDOUT_LOG", str(tmp_path_factory.mktemp("holdout-log") / "holdout_log.jsonl"))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _shared_students_dir(tmp_path_factory: pytest.TempPathFactory) -> None:
     """Where the session builds its shared students, on first use (a pytest temp dir: no cleanup of our own)."""

@@ -11,7 +11,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-Split = Literal["train", "validation", "test"]
+Split = Literal["train", "validation", "test", "holdout"]
 AnswerKind = Literal["number", "entity", "yes_no", "not_stated"]
 QuestionKind = Literal["attribute", "availability", "price", "comparison", "dialogue_ref", "unanswerable"]
 QUESTION_KINDS: tuple[str, ...] = QuestionKind.__args__  # type: ignore[attr-defined]

@@ -77,23 +77,5 @@ def latency_summary(ttft_s: Sequence[float], e2e_s: Sequence[float]) -> dict[str
     }
 
 
-def paired_difference(before: Sequence[float], after: Sequence[float], confidence: float = 0.95) -> dict[str, float]:
-    """Mean of ``after − before`` over items scored by both (the same tasks, in the same order) and its
-    ``confidence`` interval from the paired t-test (scipy's ``ttest_rel``): ``{"delta", "low", "high"}``.
-    Identical differences everywhere give a zero-width interval."""
-    if len(before) != len(after):
-        raise ValueError(f"paired scores need the same items: {len(before)} before, {len(after)} after")
-    if len(before) < 2:
-        raise ValueError(f"a paired interval needs at least 2 items, got {len(before)}")
-    diffs = [float(a) - float(b) for b, a in zip(before, after, strict=True)]
-    delta = statistics.fmean(diffs)
-    if statistics.pstdev(diffs) == 0:
-        return {"delta": delta, "low": delta, "high": delta}
-    from scipy.stats import ttest_rel
-
-    ci = ttest_rel([float(a) for a in after], [float(b) for b in before]).confidence_interval(confidence)
-    return {"delta": delta, "low": float(ci.low), "high": float(ci.high)}
-
-
 def sample_dicts(samples: Sequence[SampleEval]) -> list[dict[str, Any]]:
     return [asdict(s) | {"total_tokens": s.total_tokens} for s in samples]

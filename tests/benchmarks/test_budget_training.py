@@ -3,16 +3,17 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
+import json
+import sys
 from pathlib import Path
 
 import pytest
 
 from livethink.data.schema import ProductDoc, Reference, Task
 
-_spec = importlib.util.spec_from_file_location("budget_bench", Path(__file__).resolve().parents[2] / "benchmarks/budget_training.py")
-bench = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench)
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "benchmarks"))  # the scripts import their helpers by name
+import budget_training as bench  # noqa: E402
+import budget_training_report as report_mod  # noqa: E402
 
 CAPS = [0, 32, 64, 96, 128, 192]
 RFT = {"name": "rft", "n": 500, "correct": 0.50, "helpful": 0.40, "tokens": 240.0, "caps": CAPS,
@@ -48,11 +49,19 @@ def test_targets_against_the_rft_student():
 
 
 def test_aggregate_over_seeds_and_the_report():
+    from scipy.stats import beta
+
     models = [model(0.40, 0.48, 0.40, 100.0, 64, 0.6, 50.0), model(0.44, 0.50, 0.42, 120.0, 32, 0.8, 40.0)]
     row = bench.aggregate("drpo_budget", models, RFT)
     assert row["answer_within_cap"]["mean"] == pytest.approx(0.7) and row["answer_tokens_median"]["mean"] == 45.0
     assert row["correct_at_cap"]["64"]["mean"] == pytest.approx(0.42)
-    assert row["d_correct_pts"]["values"] == pytest.approx([-2.0, 0.0])
+    # shares of tasks: Clopper–Pearson of the count pooled over tasks × seeds (200 + 220 of 1,000 at cap 64)
+    c64 = row["correct_at_cap"]["64"]
+    assert c64["low"] == pytest.approx(beta.ppf(0.025, 420, 581)) and c64["high"] == pytest.approx(beta.ppf(0.975, 421, 580))
+    # tokens and their cut: the range over seeds; ΔC against RFT: the per-seed values, and Newcombe's interval
+    assert (row["tokens"]["low"], row["tokens"]["high"]) == (100.0, 120.0)
+    assert row["d_correct_pts"]["values"] == pytest.approx([-2.0, 0.0]) and row["d_correct_pts"]["mean"] == pytest.approx(-1.0)
+    assert row["d_correct_pts"]["low"] < -1.0 < row["d_correct_pts"]["high"]
     assert row["token_reduction"]["mean"] == pytest.approx(1 - 110 / 240)
     assert row["floors"] == [64, 32]
     report = {"rft": RFT, "methods": [row], "targets": {"0": bench.verdicts(models[0], RFT)},
@@ -62,9 +71,10 @@ def test_aggregate_over_seeds_and_the_report():
     text = bench.markdown(report)
     assert "| rft | 10.0 | 20.0 | 25.0 | 30.0 | 40.0 | 48.0 | 50.0 | 192 |" in text
     assert "| drpo_budget | rft | 0 | 96 | reused | 600.0 |" in text
-    # 0.7 ± 12.706·0.1414/√2 = [-0.571, 1.971]; 45 ± 12.706·7.071/√2 = [-18.53, 108.53]
+    assert "Clopper–Pearson 95%, pooled over tasks × seeds" in text
     assert "| rft | 5.0 | 180 | 25.0 |" in text
-    assert "| drpo_budget | 70.0 [-57.1, 197.1] | 45 [-19, 109] | 42.0 [16.6, 67.4] |" in text
+    # 700 of 1,000 within the cap: [67.1, 72.8]; median tokens to the answer 40 and 50: their range
+    assert "| drpo_budget | 70.0 [67.1, 72.8] | 45 [40, 50] | 42.0 [38.9, 45.1] |" in text
     assert "| 0 | 40.0% ✗ (≥ 45.0%)" in text
     # every method trained for the cut gets its targets table; the header says what ran here and what was read back
     report["targets_by_method"] = {"drpo_budget": report["targets"], "drpo_budget64": {"1": bench.verdicts(models[1], RFT)}}
@@ -75,9 +85,31 @@ def test_aggregate_over_seeds_and_the_report():
     assert "Against the RFT student `runs/tiny/rft_early/final` (uncapped 50.0% correct" in text
     assert "| 1 | 44.0% ✗ (≥ 45.0%) | 32 ✓" in text
     assert "1 runs trained and 2 models evaluated here" in text
-    # how many seeds meet every target, and each target
-    assert "| drpo_budget | 0 of 1 (none) | 0 of 1 (none) | 1 of 1 (0) | 1 of 1 (0) | 1 of 1 (0) | 1 of 1 (0) |" in text
-    assert "| drpo_budget64 | 0 of 1 (none) | 0 of 1 (none) | 1 of 1 (1) |" in text
+    # how many seeds meet every target (a pass rate with its Clopper–Pearson interval: 0 of 1 is [0, 97.5]%), and each
+    assert ("| drpo_budget | 0 of 1 (none), 0 [0, 98]% | 0 of 1 (none) | 1 of 1 (0) | 1 of 1 (0) | 1 of 1 (0) | "
+            "1 of 1 (0) |") in text
+    assert "| drpo_budget64 | 0 of 1 (none), 0 [0, 98]% | 0 of 1 (none) | 1 of 1 (1) |" in text
+
+
+def test_report_only_redoes_the_summary_from_the_per_seed_rows(tmp_path):
+    models = {s: model(0.40 + 0.06 * s, 0.48, 0.40, 100.0 + 20 * s, 64) for s in (0, 1)}
+    published = {"meta": {"command": "python benchmarks/budget_training.py --seeds 0,1", "seeds": [0, 1],
+                          "loadavg_before": [0.5], "loadavg_after": [1.0], "wall_s": 10.0,
+                          "shipped_method": "drpo_budget"},
+                 "rft": RFT, "methods": [{"method": "drpo_budget", "correct": {"mean": 0.48, "low": -0.2, "high": 1.1}}],
+                 "per_seed": [m | {"method": "drpo_budget", "seed": s} for s, m in models.items()],
+                 "targets": {str(s): bench.verdicts(m, RFT) for s, m in models.items()},
+                 "targets_by_method": {"drpo_budget": {str(s): bench.verdicts(m, RFT) for s, m in models.items()}},
+                 "runs": []}
+    (tmp_path / "budget_training.json").write_text(json.dumps(published))
+    assert bench.main(["--report-only", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "budget_training.json").read_text())
+    assert report["methods"] == [bench.aggregate("drpo_budget", list(models.values()), RFT)]
+    assert 0 <= report["methods"][0]["correct"]["low"] <= report["methods"][0]["correct"]["high"] <= 1
+    assert report["per_seed"] == published["per_seed"] and report["meta"]["statistics"] == report_mod.STATISTICS
+    tally = report["target_tally"]["drpo_budget"]
+    assert tally["all_met"] == ["1"] and tally["all_met_rate"]["mean"] == 0.5
+    assert (tmp_path / "budget_training.md").is_file() and (tmp_path / "budget_training.png").stat().st_size > 0
 
 
 def test_target_tally_counts_the_seeds_that_meet_each_target():

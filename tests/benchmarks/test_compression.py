@@ -41,13 +41,22 @@ def test_aggregate_over_seeds_and_target_verdicts():
                 row("band", 90.0, 0.36, 0.32, seed=2), row("cosine", 150.0, 0.4, 0.3, seed=0)]
     for seed in (0, 1, 2):
         analysis.compare([r for r in per_seed if r["seed"] == seed], RFT)
-    band, cosine = analysis.aggregate(per_seed)
-    # reductions .60, .65, .55 -> mean .60, sd .05, half-width 4.302653·.05/√3 = .124207
+    band, cosine = analysis.aggregate(per_seed, RFT, 200)
+    # reductions .60, .65, .55 and tokens 80, 70, 90: their range over seeds
     assert band["seeds"] == [0, 1, 2] and band["token_reduction"] == 0.6 and band["tokens"] == 80.0
-    assert band["ci"]["token_reduction"] == [0.4758, 0.7242]
-    assert band["d_correctness_pts"] == -2.0 and band["ci"]["d_correctness_pts"] == [-6.97, 2.97]
+    assert band["ci"]["token_reduction"] == [0.55, 0.65] and band["ci"]["tokens"] == [70.0, 90.0]
+    # correctness 80 + 76 + 72 of 600 pooled tasks x seeds: Clopper–Pearson
+    from livethink.eval.intervals import pass_rate, rate_difference
+
+    pooled = pass_rate(228, 600)
+    assert band["ci"]["correctness"] == [round(pooled.low, 4), round(pooled.high, 4)]
+    # ΔC against RFT (80 of 200): Newcombe's unpaired interval of 228/600 − 80/200, in points
+    newcombe = rate_difference([0.40, 0.38, 0.36], 200, [0.40], 200)
+    assert band["d_correctness_pts"] == -2.0
+    assert band["ci"]["d_correctness_pts"] == [round(100 * newcombe.low, 2), round(100 * newcombe.high, 2)]
     assert band["meets_target_seeds"] == 2  # seed 2: 55% shorter and −4 points
-    assert cosine["ci"]["tokens"] is None and cosine["meets_target_seeds"] == 0
+    assert cosine["ci"]["tokens"] is None and cosine["meets_target_seeds"] == 0  # one seed: no range
+    assert 0 <= cosine["ci"]["correctness"][0] <= 0.4 <= cosine["ci"]["correctness"][1] <= 1
     verdicts = analysis.target_verdicts(per_seed, "band", RFT)
     assert [v["met"] for v in verdicts.values()] == [True, True, False]
     assert verdicts["2"] == {"token_reduction": 0.55, "d_correctness_pts": -4.0, "d_helpfulness_pts": 2.0,
@@ -61,10 +70,12 @@ def test_challengers_against_each_baseline_curve_at_equal_tokens():
             row("dot@8", 120.0, 0.3, 0.1, kind="midpoint"), row("band", 90.0, 0.4, 0.4)]
     vs = analysis.versus_baselines(rows, RFT)
     assert set(vs) == {"drpo", "dot"}  # band is not a challenger; midpoints are not compared
-    assert vs["drpo"]["length_penalty"].startswith("matches or beats")  # 36% / 26% vs 35% / 25% at 175 tokens
-    assert vs["dot"]["length_penalty"].startswith("loses")  # 20% / 10% vs 25% / 15% at 125 tokens
-    assert vs["dot"]["dler"].startswith("loses")  # dler's curve at 125: between dler (120) and rft (200)
-    assert vs["drpo"]["dler"].startswith("loses")  # 36% / 26% vs 36.9% / 30% at 175 tokens
+    # on the means only: no "beats" (the baseline's point is interpolated, and nothing is paired)
+    assert vs["drpo"]["length_penalty"].startswith("at or above")  # 36% / 26% vs 35% / 25% at 175 tokens
+    assert "not a tested difference" in vs["drpo"]["length_penalty"]
+    assert vs["dot"]["length_penalty"].startswith("below")  # 20% / 10% vs 25% / 15% at 125 tokens
+    assert vs["dot"]["dler"].startswith("below")  # dler's curve at 125: between dler (120) and rft (200)
+    assert vs["drpo"]["dler"].startswith("below")  # 36% / 26% vs 36.9% / 30% at 175 tokens
     assert analysis.versus_baselines(rows[2:3] + rows[6:], RFT) == {}  # no challenger
 
 
@@ -92,11 +103,13 @@ def test_report_only_redoes_the_analysis_of_a_finished_run(tmp_path):
     report = json.loads((tmp_path / "compression.json").read_text())
     assert report["meta"]["seeds"] == [0, 1, 2] and report["best"]["name"] == "band"
     assert [v["met"] for v in report["best_verdicts"].values()] == [True, False, False]  # 60%, 55%, 50% shorter
-    assert report["vs_baselines"]["drpo"]["length_penalty"].startswith("matches or beats")
+    assert report["vs_baselines"]["drpo"]["length_penalty"].startswith("at or above")
     md = (tmp_path / "compression.md").read_text()
     assert "stage-2 seeds (GRPO sampling and data order, `--seed`) on one RFT draw" in md
-    # tokens 80/90/100 and ΔH 0/1/2: mean ± 4.302653·sd/√3 (sd 10 and 1)
-    assert "| band | livethink | 90.0 [65.2, 114.8] | 55.0% [42.6, 67.4] | +0.0 [+0.0, +0.0] | +1.0 [-1.5, +3.5] |" in md
+    # tokens 80/90/100 and their cut: the range over seeds; ΔC 0 and ΔH +1: Newcombe against RFT's 200 tasks
+    # (240 of 600 against 80 of 200: Newcombe, wider than a paired interval would be); correctness 240 of 600 pooled
+    assert ("| band | livethink | 90.0 [80.0, 100.0] | 55.0% [50.0, 60.0] | +0.0 [-7.9, +7.7] | +1.0 [-6.6, +8.1] | "
+            "40.0% [36.0, 44.0] |") in md
     assert "| band | 0 | 80.0 | 60.0% | +0.0 [-5.0, +5.0] | +0.0 [-4.0, +6.0] |" in md
     assert "## Best livethink variant: band (target met on 1 of 3 seeds)" in md
     assert (tmp_path / "compression_pareto.png").stat().st_size > 0
@@ -114,8 +127,9 @@ def test_paired_deltas_match_tasks_by_id():
     # listed in another order, plus a task the RFT student was not scored on (left out of the pairs)
     variant = [s("t4", False, False), s("t3", True, True), s("t2", True, False), s("t1", True, True), s("t9", True, True)]
     out = analysis.paired_deltas(rft, variant)
-    # ΔC per task: 0, +1, 0, 0 -> 25 ± 3.182446 × 25 points; ΔH: 0, 0, +1, 0 -> the same
-    assert out["d_correctness_ci_pts"] == [-54.6, 104.6] == out["d_helpfulness_ci_pts"]
+    # ΔC per task: 0, +1, 0, 0; ΔH: 0, 0, +1, 0. A paired bootstrap over the 4 tasks: a resample's mean gain is
+    # (times the +1 task is drawn) / 4, so the interval runs from 0 to 3/4, never outside [-100, 100] points
+    assert out["d_correctness_ci_pts"] == [0.0, 75.0] == out["d_helpfulness_ci_pts"]
 
 
 def test_merge_runs_keeps_published_runs_beside_new_ones():

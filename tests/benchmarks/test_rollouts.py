@@ -57,7 +57,7 @@ def record(mode, seed, wall, tokens, c, h, loop=None, staleness=0):
     return {"mode": mode, "seed": seed, "train_wall_s": wall, "loop_s": loop or wall - 10, "completions_per_s": 1.0,
             "engine_idle_share": 0.5, "trainer_idle_share": 0.5, "tokens": tokens, "correctness": c,
             "helpfulness": h, "staleness_max": staleness, "staleness_bound": runs.staleness_bound(mode),
-            "staleness_ok": staleness <= runs.staleness_bound(mode), "step_lengths": [100.0, 120.0]}
+            "staleness_ok": staleness <= runs.staleness_bound(mode), "step_lengths": [100.0, 120.0], "eval_tasks": 200}
 
 
 def test_aggregate_speedup_and_quality_against_syncs_interval():
@@ -68,16 +68,19 @@ def test_aggregate_speedup_and_quality_against_syncs_interval():
                record("decoupled", 2, 55.0, 75.0, 0.20, 0.31, staleness=1)]
     out = report.analyse(records)
     sync, dec = out["summary"]
-    # sync tokens 80 ± 4.302653·10/√3 = [55.2, 104.8]; correctness .38 ± 4.302653·.02/√3 = [.3303, .4297]
-    assert sync["train_wall_s"] == 110.0 and sync["ci"]["tokens"] == [55.2, 104.8]
-    assert sync["ci"]["correctness"] == [0.3303, 0.4297]
+    # sync tokens 80, 70, 90: their range; correctness 80 + 76 + 72 of 600 tasks × seeds: Clopper–Pearson
+    from scipy.stats import beta
+
+    assert sync["train_wall_s"] == 110.0 and sync["ci"]["tokens"] == [70.0, 90.0]
+    assert sync["ci"]["correctness"] == [round(beta.ppf(0.025, 228, 373), 4), round(beta.ppf(0.975, 229, 372), 4)]
     assert dec["speedup"] == 2.0 and sync["speedup"] == 1.0  # 110 / 55
     assert dec["correctness"] == 0.32  # (.39 + .37 + .20) / 3: below sync's interval
     assert dec["inside_sync_ci"] == {"tokens": True, "correctness": False, "helpfulness": True}
     assert dec["staleness_max"] == 1 and out["staleness_ok"] and out["best_mode"] == "decoupled"
     assert dec["lengths"] == {"n": 6, "mean": 110.0, "p10": 100.0, "p50": 110.0, "p90": 120.0}
     one_seed = report.analyse([record("sync", 0, 100.0, 80.0, 0.4, 0.3), record("tail", 0, 80.0, 82.0, 0.4, 0.3)])
-    assert one_seed["summary"][1]["inside_sync_ci"] == dict.fromkeys(report.QUALITY)  # no interval with one seed
+    # one seed: no range of tokens, but C and H are shares of the tasks, with their Clopper–Pearson interval
+    assert one_seed["summary"][1]["inside_sync_ci"] == {"tokens": None, "correctness": True, "helpfulness": True}
     assert one_seed["summary"][1]["speedup"] == 1.25
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import subprocess
 import sys
@@ -11,7 +12,7 @@ from pydantic import ValidationError
 
 from livethink.data.io import InvalidTaskError, load_tasks, read_tasks, to_dataset, write_jsonl, write_parquet
 from livethink.data.liveshop.catalog import Bundle, Coupon, Product, price_quote
-from livethink.data.liveshop.generate import generate, make_task
+from livethink.data.liveshop.generate import HOLDOUT_SEED, N_HOLDOUT, SPLITS, generate, make_task
 from livethink.data.prompt import build_messages, format_completion
 from livethink.data.schema import QUESTION_KINDS, Reference, Task
 
@@ -29,6 +30,48 @@ def test_test_split_uses_unseen_products(liveshop_small):
     assert products["train"] and products["test"]
     assert not products["train"] & products["test"]
     assert not products["train"] & products["validation"]
+
+
+# SHA-256 of the default draw's split files (`livethink data generate`, seed 0) as they were before `holdout` was
+# added: adding a split must not move a byte of the others
+SPLIT_SHA256 = {"train": "e2a9c3b9485611597833f9281ddd15e96e2aa01f2682ec84b3cc208206d9fe23",
+                "validation": "82075a5f941d529f79b8b3e55a8493b8f16d6ddf9471541f06c04910cef02847",
+                "test": "eab47fc2dda8cd5ca13f2e79b44aaba3623a3f20db91836ea73b6933bd4cdf09"}
+
+
+def test_the_default_splits_are_byte_identical_to_their_pinned_hashes(tmp_path):
+    data = generate()
+    for split, digest in SPLIT_SHA256.items():
+        write_jsonl(data.tasks[split], tmp_path / f"{split}.jsonl")
+        assert hashlib.sha256((tmp_path / f"{split}.jsonl").read_bytes()).hexdigest() == digest, split
+    assert len(data.tasks["holdout"]) == N_HOLDOUT == 1000
+
+
+def test_holdout_products_are_in_no_other_split(liveshop_small):
+    assert SPLITS == ("train", "validation", "test", "holdout")
+    held = liveshop_small.tasks["holdout"]
+    assert len(held) == N_HOLDOUT and {t.split for t in held} == {"holdout"} and held[0].id == "holdout-000000"
+    used = {s: {pid for t in liveshop_small.tasks[s] for pid in t.product_ids} for s in SPLITS}
+    listed = {s: {p.id for p in liveshop_small.catalog[s]} for s in SPLITS}
+    others = set().union(*(used[s] | listed[s] for s in SPLITS if s != "holdout"))
+    assert used["holdout"] and used["holdout"] <= listed["holdout"]
+    assert not (used["holdout"] | listed["holdout"]) & others
+    docs = {d.text.split("] ", 1)[1] for s in SPLITS if s != "holdout" for t in liveshop_small.tasks[s]
+            for d in t.product_docs}
+    assert not {d.text.split("] ", 1)[1] for t in held for d in t.product_docs} & docs  # no product re-labelled either
+    assert {t.kind for t in held} == set(QUESTION_KINDS)
+
+
+def test_holdout_has_its_own_seed():
+    """The holdout draw depends on ``holdout_seed`` alone: not on ``seed`` nor on the other splits' sizes."""
+    small = generate(seed=0, n_train=30, n_validation=5, n_test=5, n_holdout=20)
+    other = generate(seed=9, n_train=60, n_validation=9, n_test=3, n_holdout=20)
+    assert small.tasks["holdout"] == other.tasks["holdout"]
+    assert small.catalog["holdout"] == other.catalog["holdout"]
+    moved = generate(seed=0, n_train=30, n_validation=5, n_test=5, n_holdout=20, holdout_seed=HOLDOUT_SEED + 1)
+    assert [t.question for t in moved.tasks["holdout"]] != [t.question for t in small.tasks["holdout"]]
+    assert moved.tasks["train"] == small.tasks["train"]  # the other splits do not see the holdout seed
+    assert generate(seed=0, n_train=30, n_validation=5, n_test=5, n_holdout=0).tasks["holdout"] == []
 
 
 def test_every_question_kind_appears(liveshop_small):
@@ -132,10 +175,12 @@ def test_make_task_index_is_stable(liveshop_small):
 def test_cli_generate_validate(tmp_path):
     out = tmp_path / "data"
     run = subprocess.run([sys.executable, "-m", "livethink.cli", "data", "generate", "--out", str(out), "--n-train", "200",
-                          "--n-validation", "20", "--n-test", "40"], capture_output=True, text=True, check=True)
+                          "--n-validation", "20", "--n-test", "40", "--n-holdout", "30"],
+                         capture_output=True, text=True, check=True)
     manifest = json.loads((out / "manifest.json").read_text())
-    assert manifest["counts"] == {"train": 200, "validation": 20, "test": 40}
-    assert manifest["products_shared_train_test"] == 0
+    assert manifest["counts"] == {"train": 200, "validation": 20, "test": 40, "holdout": 30}
+    assert manifest["products_shared_train_test"] == 0 == manifest["products_shared_holdout_other"]
+    assert manifest["holdout_seed"] == HOLDOUT_SEED and (out / "holdout.jsonl").is_file()
     assert "generating train" in run.stderr  # progress bar
     (out / "broken.jsonl").write_text((out / "test.jsonl").read_text().splitlines()[0] + "\n{oops\n")
     check = subprocess.run([sys.executable, "-m", "livethink.cli", "data", "validate", str(out / "broken.jsonl")],

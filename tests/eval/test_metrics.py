@@ -8,7 +8,6 @@ from livethink.eval.metrics import (
     SampleEval,
     decode_flops,
     latency_summary,
-    paired_difference,
     percentile,
     summarize,
     summarize_by_kind,
@@ -61,20 +60,3 @@ def test_tables_render_rows():
     assert table.splitlines()[2].startswith("| m | 4 | 75.0% | 50.0% |")
     assert table.splitlines()[1].count("---") == 12
     assert "| price | 100.0% / 50.0% / 90.0 |" in by_kind_table([result])
-
-
-def test_paired_difference_is_the_paired_t_interval_by_hand():
-    # differences 0, +1, 0, 0: mean 0.25, sample sd 0.5, se 0.25, t(0.975, df=3) = 3.182446
-    out = paired_difference([1, 0, 1, 0], [1, 1, 1, 0])
-    assert out["delta"] == pytest.approx(0.25)
-    assert out["low"] == pytest.approx(0.25 - 3.182446 * 0.25, abs=1e-6)
-    assert out["high"] == pytest.approx(0.25 + 3.182446 * 0.25, abs=1e-6)
-    # the same shift on every item is certain: a zero-width interval, not NaN
-    assert paired_difference([1, 1, 0], [0, 0, -1]) == {"delta": -1.0, "low": -1.0, "high": -1.0}
-
-
-def test_paired_difference_refuses_unpaired_scores():
-    with pytest.raises(ValueError, match="same items"):
-        paired_difference([1, 0], [1])
-    with pytest.raises(ValueError, match="at least 2"):
-        paired_difference([1], [0])
