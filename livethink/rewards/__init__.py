@@ -1,5 +1,5 @@
-"""Rewards and judges: parse a completion, correctness C, helpfulness H, the LiveThinking length band, the
-composite reward, the rubric and LLM judges, and TRL-signature adapters. See ``docs/rewards.md``."""
+"""Rewards and judges: parse a completion, correctness C (with the claim checker), helpfulness H, the LiveThinking
+length band, the composite reward, the rubric and LLM judges, and TRL-signature adapters. See ``docs/rewards.md``."""
 
 from livethink.rewards.adapters import (
     brevity_reward,
@@ -8,6 +8,7 @@ from livethink.rewards.adapters import (
     helpfulness_reward,
 )
 from livethink.rewards.brevity import band_reward, completion_length, count_tokens
+from livethink.rewards.claim_check import ClaimIssue, ClaimReport, check_claims
 from livethink.rewards.composite import CompositeWeights, composite
 from livethink.rewards.correctness import CorrectnessResult, check_correctness, check_reply, correctness
 from livethink.rewards.helpfulness import HelpfulnessResult, check_helpfulness, helpfulness
@@ -15,6 +16,8 @@ from livethink.rewards.judge import Judge, RubricJudge, Verdict, make_judge
 from livethink.rewards.parse import Parsed, parse_completion, split_completion
 
 __all__ = [
+    "ClaimIssue",
+    "ClaimReport",
     "CompositeWeights",
     "CorrectnessResult",
     "HelpfulnessResult",
@@ -24,6 +27,7 @@ __all__ = [
     "Verdict",
     "band_reward",
     "brevity_reward",
+    "check_claims",
     "check_correctness",
     "check_helpfulness",
     "check_reply",

@@ -1,6 +1,8 @@
 """Correctness C ∈ {0, 1} of a reply, judged from the task's reference and docs (the rubric judge).
 
-C = 1 iff the reply (1) answers the question with the reference answer and (2) asserts no unsupported number.
+C = 1 iff the reply (1) answers the question with the reference answer, (2) asserts no unsupported number and
+(3) makes no claim about a product field that the docs contradict or do not state, and no hedge, self-correction
+or stray keyword (the claim checker, ``claim_check.py``; its issues are ``CorrectnessResult.claims``).
 
 (1) Answer rules, by reference kind. The system prompt tells the model to give the exact answer first, so where
 a reply names several candidates the *first* one is the asserted answer:
@@ -33,8 +35,10 @@ from dataclasses import dataclass, field
 from functools import lru_cache
 
 from livethink.data.schema import Task
+from livethink.rewards.claim_check import ClaimReport, check_claims
 from livethink.rewards.parse import Completion, parse_completion
 from livethink.rewards.text import (
+    NOT_STATED,
     Mention,
     clean,
     find_entity,
@@ -46,14 +50,7 @@ from livethink.rewards.text import (
 USD_TOLERANCE = 0.01 + 1e-9  # one cent: rounding differences (half-up vs float rounding)
 SUPPORT_TOLERANCE = 0.005 + 1e-9  # numbers copied from the docs: same cent
 
-_NOT_STATED = re.compile(
-    r"\bnot (?:stated|specified|mentioned|listed)\b"
-    r"|\b(?:doesn't|does not|don't|do not|didn't|did not)\s+(?:say|state|mention|specify|list)\b"
-    r"|\b(?:isn't|is not|aren't|are not|wasn't|was not)\s+(?:stated|specified|mentioned|listed|in the docs)\b"
-    r"|\bno (?:info|information|details?|mention|data)\b"
-    r"|\b(?:can't|cannot|couldn't|can not) (?:find|see|tell|say|confirm)\b"
-    r"|\b(?:don't|do not) know\b|\bnot sure\b|\bunknown\b"
-)
+_NOT_STATED = NOT_STATED
 _YES = re.compile(r"^(?:yes|yeah|yep|yup|sure|absolutely|definitely|of course|indeed|good news)\b")
 _NO = re.compile(r"^(?:no|nope|nah)\b")
 _AVAILABILITY = re.compile(
@@ -81,6 +78,8 @@ class CorrectnessResult:
     asserted: str | None = None  # how the reply's answer was read
     unsupported: tuple[str, ...] = field(default=())  # numbers in the reply with no support
     answer_span: tuple[int, int] | None = None  # where the asserted number answer sits in the reply
+    claims: tuple[str, ...] = field(default=())  # claims that fail the docs (``claim_check``), with the reason
+    claim_report: ClaimReport | None = field(default=None, compare=False, repr=False)
 
 
 def claims_not_stated(reply: str) -> bool:
@@ -273,9 +272,14 @@ def check_reply(task: Task, reply: str) -> CorrectnessResult:
     else:
         answer_ok, why, asserted = _yes_no_answer(task, reply)
     unsupported = tuple(m.text for m in unsupported_numbers(task, reply))
+    report = check_claims(task, reply, span)
+    issues = tuple(str(issue) for issue in report.issues)
     if answer_ok and unsupported:
         why = f"unsupported number(s) {', '.join(unsupported)}"
-    return CorrectnessResult(answer_ok and not unsupported, answer_ok, why, asserted, unsupported, span)
+    elif answer_ok and issues:
+        why = issues[0]
+    correct = answer_ok and not unsupported and not issues
+    return CorrectnessResult(correct, answer_ok, why, asserted, unsupported, span, issues, report)
 
 
 def check_correctness(task: Task, completion: Completion) -> CorrectnessResult:

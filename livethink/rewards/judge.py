@@ -21,7 +21,8 @@ __all__ = ["JUDGES", "Judge", "RubricJudge", "Verdict", "make_judge"]
 
 
 class RubricJudge:
-    """Deterministic judge: ``correctness.py`` and ``helpfulness.py`` rules."""
+    """Deterministic judge: ``correctness.py`` and ``helpfulness.py`` rules, with the claim checker
+    (``claim_check.py``): ``details["claims"]`` lists each claim that fails the docs and why."""
 
     name = "rubric"
 
@@ -34,6 +35,7 @@ class RubricJudge:
             "asserted": c.asserted,
             "answer_ok": c.answer_ok,
             "unsupported": list(c.unsupported),
+            "claims": list(c.claims),  # claims that fail the docs, each with its reason (``claim_check``)
             "helpful_match": result.matched,
         }
         return Verdict(result.correct, result.helpful, details)

@@ -27,6 +27,24 @@ def clean(text: str) -> str:
     return re.sub(r"\s+", " ", text.translate(_APOSTROPHES).lower()).strip()
 
 
+def lower_same_length(text: str) -> str:
+    """Lower-case with quotes unified, character for character: offsets into it are offsets into ``text``."""
+    text = text.translate(_APOSTROPHES)
+    lowered = text.lower()
+    return lowered if len(lowered) == len(text) else "".join(c.lower() if len(c.lower()) == 1 else c for c in text)
+
+
+# The reply says the docs do not state the answer ("the docs don't say", "not stated", "no information", ...).
+NOT_STATED = re.compile(
+    r"\bnot (?:stated|specified|mentioned|listed)\b"
+    r"|\b(?:doesn't|does not|don't|do not|didn't|did not)\s+(?:say|state|mention|specify|list)\b"
+    r"|\b(?:isn't|is not|aren't|are not|wasn't|was not)\s+(?:stated|specified|mentioned|listed|in the docs)\b"
+    r"|\bno (?:info|information|details?|mention|data)\b"
+    r"|\b(?:can't|cannot|couldn't|can not) (?:find|see|tell|say|confirm)\b"
+    r"|\b(?:don't|do not) know\b|\bnot sure\b|\bunknown\b"
+)
+
+
 def normalize_entity(text: str) -> str:
     """Entity form: lower-case words only, no leading article (``The Pebble-Trail!`` -> ``pebble trail``)."""
     words = re.sub(r"[^0-9a-z]+", " ", text.translate(_APOSTROPHES).lower()).split()

@@ -36,5 +36,5 @@ def test_phrase_boundaries():
 def test_rubric_verdict_details():
     verdict = RubricJudge().score(PRICE_ONE, think("$76.80. Coupon: $10 off orders of $150 or more."))
     assert verdict.correct and verdict.helpful and verdict.accepted
-    assert verdict.details["helpful_match"] == "coupon" and verdict.details["asserted"] == "$76.80"
+    assert verdict.details["helpful_match"] == "Coupon: $10 off orders of $150 or more" and verdict.details["asserted"] == "$76.80"
     assert check_helpfulness(PRICE_ONE, think("$76.80.")).reason == "correct but adds no helpful fact"
