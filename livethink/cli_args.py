@@ -1,7 +1,9 @@
 """Argument parsing shared by livethink's argparse commands (serve, replicas, ab, eval, data, demo, doctor).
 
 ``FlagParser`` is ``argparse.ArgumentParser`` that also accepts each dashed long flag spelled with underscores
-(``--dry_run`` for ``--dry-run``), as the training commands spell theirs; ``--help`` shows the dashed form only.
+(``--dry_run`` for ``--dry-run``), as the training commands spell theirs; ``--help`` shows the dashed form only. A
+command-line mistake is one line on stderr (``livethink eval: argument --batch-size: must be >= 1, got 0``), exit 2,
+without argparse's usage dump.
 ``key_value`` is the ``type=`` of ``--set KEY=VALUE`` config overrides (the value is parsed as YAML).
 """
 
@@ -9,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import typing
 from collections.abc import Sequence
 from typing import Any
 
@@ -23,6 +26,10 @@ class FlagParser(argparse.ArgumentParser):
     ) -> tuple[argparse.Namespace, list[str]]:
         args = self._dashed(list(sys.argv[1:] if args is None else args))
         return super().parse_known_args(args, namespace)
+
+    def error(self, message: str) -> typing.NoReturn:
+        """One line naming the option and the reason (argparse would print the usage first), exit 2."""
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
     def _dashed(self, args: list[str]) -> list[str]:
         known = self._option_string_actions

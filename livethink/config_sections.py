@@ -18,15 +18,13 @@ import json
 import os
 import sys
 import typing
+import warnings
 from argparse import ArgumentTypeError
 from collections.abc import Callable
 from dataclasses import MISSING, field, fields, make_dataclass
 from typing import Any
 
-
-class ConfigError(ValueError):
-    """A config mistake, with the field named."""
-
+from livethink.config_error import ConfigError
 
 DRY_RUN_FLAGS = ("--dry-run", "--dry_run")
 
@@ -41,8 +39,9 @@ def from_options(cls: type, options: dict[str, Any], label: str) -> Any:
 
 
 def section_fields(settings_cls: type, prefix: str) -> type:
-    """A dataclass with one ``<prefix>_<name>`` field per field of ``settings_cls`` (same types, defaults, help)."""
-    hints = typing.get_type_hints(settings_cls)
+    """A dataclass with one ``<prefix>_<name>`` field per field of ``settings_cls`` (same types, with their range
+    annotations, defaults, help)."""
+    hints = typing.get_type_hints(settings_cls, include_extras=True)
     specs = []
     for f in fields(settings_cls):
         kwargs: dict[str, Any] = {"metadata": dict(f.metadata)}
@@ -51,7 +50,10 @@ def section_fields(settings_cls: type, prefix: str) -> type:
         elif f.default_factory is not MISSING:
             kwargs["default_factory"] = f.default_factory
         specs.append((f"{prefix}_{f.name}", hints[f.name], field(**kwargs)))
-    return make_dataclass(f"{settings_cls.__name__}Fields", specs)
+    cls = make_dataclass(f"{settings_cls.__name__}Fields", specs)
+    cls.section_title = f"{prefix}: the `{prefix}:` section of the YAML"  # its --help group
+    cls.__module__ = settings_cls.__module__  # where its fields (and their ranges) are declared
+    return cls
 
 
 def section_settings(cfg: Any, settings_cls: type, prefix: str) -> Any:
@@ -95,16 +97,27 @@ _json_value.__name__ = "JSON"  # argparse's message: "invalid JSON value: ..."
 def _parser(config_classes: tuple[type, ...], prog: str | None = None):
     from transformers import HfArgumentParser
 
+    from livethink.config_help import HelpAll, HelpFormatter, add_grouped_fields
+
+    name = prog or "livethink"
+
     class Parser(HfArgumentParser):
         def error(self, message: str):  # argparse prints the usage and exits; a config mistake says what it is
             raise ConfigError(message.replace("argument ", "", 1))
 
-    parser = Parser(config_classes, prog=prog)
+        def _add_dataclass_arguments(self, dtype: type) -> None:  # livethink's options first (config_help)
+            add_grouped_fields(self, dtype, name)
+
+    parser = Parser(config_classes, prog=prog, formatter_class=HelpFormatter, usage=f"{name} --config PATH [--dry-run] [--OPTION VALUE ...]",
+                    description="Options override the YAML's keys (--key-name or --key_name). Numbers are checked "
+                    "against their ranges when the config loads.")
     # Read before parsing (pop_config, pop_dry_run); declared here so that --help lists them.
     parser.add_argument("--config", metavar="PATH", help="the YAML config (its base: chain is followed); flags "
                         "override its keys")
     parser.add_argument("--dry-run", "--dry_run", action="store_true", help="check the config and everything the "
-                        "run would check before any expensive step; print the report (exit 1 when not ok)")
+                        "run would check before any expensive step; print the report and whether the run would "
+                        "start here (exit 2 when the config is wrong)")
+    parser.add_argument("--help-all", action=HelpAll, help="also list every inherited TRL / transformers option")
     for action in parser._actions:
         action.option_strings.sort(key=lambda flag: "_" in flag)  # --help shows the dash spelling first
         if typing.get_origin(action.type) is dict or action.type is dict:  # mappings (extra_body, ...) are JSON
@@ -201,24 +214,40 @@ def load_training_config(config_cls: type, argv: list[str], sections: dict[str, 
 def training_main(command: str, argv: list[str], load: Callable[[list[str], bool], Any],
                   check: Callable[[Any], dict[str, Any]], run: Callable[[Any], int]) -> int:
     """The shape of every training command: ``load(argv, dry)`` the config, ``check`` it (the dry-run report, with
-    ``problems`` and ``ok``), then print the report (``--dry-run``: exit 0 when ok, else 1) or ``run`` it (a problem:
-    exit 2 before anything expensive). A config mistake is one line on stderr, exit 2."""
+    ``problems``, ``missing_here`` and the ``ok`` / ``starts_here`` verdict), then print the report and one summary
+    line (``--dry-run``: exit 0 when ok, else 2) or ``run`` it (a problem: exit 2 before anything expensive). A
+    config mistake is one line on stderr, exit 2; so is a command with neither ``--config`` nor any option."""
+    from livethink.run_check import print_dry_run
+
     quiet_trl_vllm_warning()
     argv = list(argv)
     dry = pop_dry_run(argv)
-    try:
-        cfg = load(argv, dry)
-        report = check(cfg)
-    except (ValueError, TypeError) as exc:
-        print(f"livethink {command}: invalid config: {exc}", file=sys.stderr)
+    prog = f"livethink {command}"
+    if not argv:
+        print(f"{prog}: nothing to {'check' if dry else 'run'}: give --config PATH (configs/ holds examples) or "
+              "the run's options (--help lists them)", file=sys.stderr)
         return 2
+    with warnings.catch_warnings(record=True) as caught:  # import-time warnings: shown unless it is refused
+        try:
+            cfg = load(argv, dry)
+            report = check(cfg)
+        except (ValueError, TypeError) as exc:
+            print(f"{prog}: invalid config: {one_line(exc)}", file=sys.stderr)
+            return 2
+    if not report["problems"]:
+        for w in caught:
+            warnings.showwarning(w.message, w.category, w.filename, w.lineno)
     if dry:
-        print(json.dumps(report, indent=2, default=str))
-        return 0 if report["ok"] else 1
+        return print_dry_run(prog, report)
     if report["problems"]:
-        print(f"livethink {command}: invalid config: {'; '.join(report['problems'])}", file=sys.stderr)
+        print(f"{prog}: invalid config: {'; '.join(report['problems'])}", file=sys.stderr)
         return 2
     return run(cfg)
+
+
+def one_line(exc: BaseException) -> str:
+    """An exception's message on one line (TRL's and transformers' messages can span several)."""
+    return " ".join(str(exc).split()) or type(exc).__name__
 
 
 def requested_hardware(config: dict[str, Any], argv: list[str]) -> dict[str, Any]:

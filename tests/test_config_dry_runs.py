@@ -166,7 +166,14 @@ def test_data_validate_refuses_what_it_cannot_read(data_dir, tmp_path):
     refused(livethink("data", "validate", str(tmp_path / "missing.jsonl")), "missing.jsonl", "no such file")
     (tmp_path / "tasks.csv").write_text("id,question\n1,hi\n")
     refused(livethink("data", "validate", str(tmp_path / "tasks.csv")), "tasks.csv", "'.csv'")
-    refused(livethink("data", "validate", str(data_dir)), "not a saved dataset", "pass one of its files")
+    refused(livethink("data", "validate", str(tmp_path)), "a directory without train.jsonl", "not a saved dataset")
+
+
+def test_data_validate_checks_every_split_of_a_data_dir(data_dir):
+    result = livethink("data", "validate", str(data_dir))  # what docs/data.md points data_dir at
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert f"{data_dir / 'train.jsonl'}: 20 valid, 0 invalid" in result.stdout
+    assert f"{data_dir / 'test.jsonl'}: 5 valid, 0 invalid" in result.stdout
 
 
 def test_data_validate_fails_on_invalid_rows(data_dir, tmp_path):

@@ -50,7 +50,9 @@ def documented_commands() -> list[tuple[str, list[str]]]:
 @functools.cache
 def help_text(*path: str) -> str:
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OMP_NUM_THREADS": "1", "HF_HUB_OFFLINE": "1"}
-    result = subprocess.run([sys.executable, "-m", "livethink.cli", *path, "--help"], cwd=ROOT, env=env,
+    # the training commands' --help leaves most inherited TRL options to --help-all
+    full = "--help-all" if path[0] in ("rft", "grpo", "teacher") else "--help"
+    result = subprocess.run([sys.executable, "-m", "livethink.cli", *path, full], cwd=ROOT, env=env,
                             capture_output=True, text=True, timeout=300)  # fmt: skip
     assert result.returncode == 0, (path, result.stderr[-2000:])
     return result.stdout

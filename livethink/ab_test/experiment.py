@@ -230,7 +230,9 @@ def load_experiments(
     except FileNotFoundError:
         raise ExperimentConfigError(f"{path}: file not found") from None
     except yaml.YAMLError as exc:
-        raise ExperimentConfigError(f"{path}: not valid YAML ({exc})") from None
+        from livethink.yaml_files import yaml_error_line
+
+        raise ExperimentConfigError(yaml_error_line(path, exc)) from None
     if isinstance(raw, dict) and "experiments" in raw:
         if set(raw) != {"experiments"} or not isinstance(raw["experiments"], list):
             raise ExperimentConfigError(f"{path}: 'experiments' must be the only key and hold a list")

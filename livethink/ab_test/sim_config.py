@@ -87,6 +87,10 @@ def load_simulation_config(path: str | Path | None) -> SimulationConfig:
         return SimulationConfig.model_validate(yaml.safe_load(Path(path).read_text()) or {})
     except FileNotFoundError:
         raise ExperimentConfigError(f"{path}: file not found") from None
+    except yaml.YAMLError as exc:
+        from livethink.yaml_files import yaml_error_line
+
+        raise ExperimentConfigError(yaml_error_line(path, exc)) from None
     except ValidationError as exc:
         msg = "; ".join(f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors())
         raise ExperimentConfigError(f"{path}: {msg}") from None

@@ -12,12 +12,15 @@ import json
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
+from annotated_types import Ge
 from tqdm import tqdm
 
 from livethink.cli_args import FlagParser
 from livethink.data.io import InvalidTaskError, LoadResult, load_tasks, to_dataset, write_jsonl, write_parquet
-from livethink.data.liveshop.generate import SPLITS, generate
+from livethink.data.liveshop.generate import HOLDOUT_SEED, N_HOLDOUT, SPLITS, generate
+from livethink.option_ranges import option_type
 
 
 class DataError(ValueError):
@@ -32,6 +35,8 @@ def _generate(args: argparse.Namespace) -> int:
         n_train=args.n_train,
         n_validation=args.n_validation,
         n_test=args.n_test,
+        n_holdout=args.n_holdout,
+        holdout_seed=args.holdout_seed,
         progress=lambda it, total, desc: tqdm(it, total=total, desc=f"generating {desc}", unit="task"),
     )
     counts = {split: write_jsonl(data.tasks[split], out / f"{split}.jsonl") for split in SPLITS}
@@ -43,10 +48,12 @@ def _generate(args: argparse.Namespace) -> int:
     used = {split: {pid for t in data.tasks[split] for pid in t.product_ids} for split in SPLITS}
     manifest = {
         "seed": args.seed,
+        "holdout_seed": args.holdout_seed,
         "counts": counts,
         "products": {split: len(data.catalog[split]) for split in SPLITS},
         "products_shared_train_test": len(used["train"] & used["test"]),
         "products_shared_train_validation": len(used["train"] & used["validation"]),
+        "products_shared_holdout_other": len(used["holdout"] & set().union(*(used[s] for s in SPLITS if s != "holdout"))),
         "seconds": round(time.perf_counter() - start, 2),
     }
     (out / "manifest.json").write_text(json.dumps(manifest, indent=2) + "\n")
@@ -54,9 +61,10 @@ def _generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _load(path: str, strict: bool) -> LoadResult:
-    """The tasks of ``path``; a path that cannot be read raises ``DataError`` naming it and why."""
-    p = Path(path)
+def _load(path: Any, strict: bool) -> LoadResult:
+    """The tasks of ``path`` (or of a ``datasets.Dataset``); a path that cannot be read raises ``DataError`` naming it
+    and why."""
+    p = Path(path) if isinstance(path, str) else Path("-")
     if p.is_dir() and not any((p / f).is_file() for f in ("dataset_info.json", "dataset_dict.json", "state.json")):
         files = sorted((f.stem not in SPLITS, f.name) for f in p.iterdir() if f.suffix in {".jsonl", ".parquet"})
         hint = f"; pass one of its files, e.g. {p / files[0][1]}" if files else ""
@@ -71,12 +79,36 @@ def _load(path: str, strict: bool) -> LoadResult:
         raise DataError(f"{path}: {exc}") from None
 
 
+def _sources(path: str) -> list[tuple[str, Any]]:
+    """What ``validate`` reads, named: a file, a saved dataset, each split of a saved ``DatasetDict``, or each
+    ``<split>.jsonl`` / ``<split>.parquet`` of a data directory (what the stage configs' ``data_dir`` holds)."""
+    p = Path(path)
+    if not p.is_dir() or (p / "dataset_info.json").is_file() or (p / "state.json").is_file():
+        return [(path, path)]
+    if (p / "dataset_dict.json").is_file():
+        from datasets import load_from_disk
+
+        splits = load_from_disk(str(p))
+        return [(f"{p} [{name}]", splits[name]) for name in splits]
+    files = [p / f"{split}{ext}" for split in SPLITS for ext in (".jsonl", ".parquet") if (p / f"{split}{ext}").is_file()]
+    if not files:
+        raise DataError(f"{path}: a directory without {', '.join(f'{s}.jsonl' for s in SPLITS)} (or .parquet), and "
+                        "not a saved dataset (datasets.save_to_disk)")
+    return [(str(f), str(f)) for f in files]
+
+
 def _validate(args: argparse.Namespace) -> int:
-    result = _load(args.path, args.strict)
-    for error in result.errors:
-        print(f"{args.path}: {error}", file=sys.stderr)
-    print(f"{len(result.tasks)} valid, {result.n_invalid} invalid")
-    return 1 if result.errors else 0
+    sources = _sources(args.path)
+    valid = invalid = 0
+    for label, source in sources:
+        result = _load(source, args.strict)
+        for error in result.errors:
+            print(f"{label}: {error}", file=sys.stderr)
+        valid, invalid = valid + len(result.tasks), invalid + result.n_invalid
+        if len(sources) > 1:
+            print(f"{label}: {len(result.tasks)} valid, {result.n_invalid} invalid")
+    print(f"{valid} valid, {invalid} invalid")
+    return 1 if invalid else 0
 
 
 def _convert(args: argparse.Namespace) -> int:
@@ -97,15 +129,19 @@ def _convert(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = FlagParser(prog="livethink data", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     sub = parser.add_subparsers(dest="command", required=True)
-    gen = sub.add_parser("generate", help="generate a LiveShop catalog and train/validation/test tasks")
+    gen = sub.add_parser("generate", help="generate a LiveShop catalog and train/validation/test/holdout tasks")
     gen.add_argument("--out", required=True, help="output directory")
-    gen.add_argument("--seed", type=int, default=0)
-    gen.add_argument("--n-train", type=int, default=5000)
-    gen.add_argument("--n-validation", type=int, default=500)
-    gen.add_argument("--n-test", type=int, default=500)
+    gen.add_argument("--seed", type=option_type(int, Ge(0)), default=0)
+    gen.add_argument("--n-train", type=option_type(int, Ge(0)), default=5000)
+    gen.add_argument("--n-validation", type=option_type(int, Ge(0)), default=500)
+    gen.add_argument("--n-test", type=option_type(int, Ge(0)), default=500)
+    gen.add_argument("--n-holdout", type=option_type(int, Ge(0)), default=N_HOLDOUT,
+                     help="tasks of the held-out split for published figures (its own seed and products)")
+    gen.add_argument("--holdout-seed", type=option_type(int, Ge(0)), default=HOLDOUT_SEED, help="the holdout split's generator seed")
     gen.set_defaults(func=_generate)
-    val = sub.add_parser("validate", help="check user data (JSONL, Parquet or dataset dir) against the schema")
-    val.add_argument("path")
+    val = sub.add_parser("validate", help="check user data (JSONL, Parquet, a saved dataset, or a data dir: every "
+                         "split in it) against the schema")
+    val.add_argument("path", help="a task file, a saved dataset, or a data dir holding <split>.jsonl / .parquet")
     val.add_argument("--strict", action="store_true", help="stop at the first invalid row (without it: list them all)")
     val.set_defaults(func=_validate)
     conv = sub.add_parser("convert", help="convert between JSONL, Parquet and a saved datasets dir")

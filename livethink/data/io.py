@@ -47,13 +47,32 @@ class LoadResult:
 
 
 def _reason(exc: Exception) -> str:
+    """The fields at fault and why (``difficulty: Input should be a valid integer, got 'hard'``)."""
     if isinstance(exc, ValidationError):
         parts = []
         for err in exc.errors():
             loc = ".".join(str(x) for x in err["loc"]) or "<record>"
-            parts.append(f"{loc}: {err['msg']}")
+            got = "" if err["type"] == "missing" or isinstance(err.get("input"), dict) else f", got {_short(err.get('input'))}"
+            parts.append(f"{loc}: {err['msg']}{got}")
         return "; ".join(parts)
     return str(exc)
+
+
+def _short(value: Any, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _nested(key: str, value: Any) -> Any:
+    """A nested field's value; in columnar formats it is JSON text, decoded here (a string that is not JSON is a
+    type error naming the field)."""
+    if key not in NESTED_FIELDS or not isinstance(value, str):
+        return value
+    try:
+        return json.loads(value)
+    except json.JSONDecodeError:
+        kind = "an object" if key == "reference" else "a list"
+        raise ValueError(f"{key}: must be {kind} (or its JSON text), got the string {_short(value)}") from None
 
 
 def task_to_row(task: Task) -> dict[str, Any]:
@@ -64,8 +83,7 @@ def task_to_row(task: Task) -> dict[str, Any]:
 
 def row_to_task(row: dict[str, Any]) -> Task:
     """Inverse of ``task_to_row``; also accepts rows whose nested fields are already objects."""
-    record = {k: json.loads(v) if k in NESTED_FIELDS and isinstance(v, str) else v for k, v in row.items()}
-    return Task.model_validate(record)
+    return Task.model_validate({k: _nested(k, v) for k, v in row.items()})
 
 
 def write_jsonl(tasks: Iterable[Task], path: str | Path) -> int:

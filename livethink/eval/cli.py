@@ -12,12 +12,15 @@ import shlex
 import sys
 from pathlib import Path
 
+from annotated_types import Ge, Gt, Le
+
 from livethink.cli_args import FlagParser
 from livethink.data.budget_forcing import REPLY_RESERVE
 from livethink.data.io import read_tasks
 from livethink.eval.harness import judge_completions, model_result, token_counter
 from livethink.eval.report import write_report
 from livethink.eval.thinking_curve import DEFAULT_CAPS
+from livethink.option_ranges import option_type
 
 
 def evaluate_teacher(teacher_type: str, tasks, judge, tokenizer, temperature: float, seed: int,
@@ -44,11 +47,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--name", action="append", default=[], help="display name per --model (same order)")
     p.add_argument("--teacher", choices=["scripted"], help="also evaluate the teacher on the same tasks")
     p.add_argument("--tokenizer", help="tokenizer for counting teacher tokens (default: the first model's)")
-    p.add_argument("--teacher-opener-rate", type=float,
+    p.add_argument("--teacher-opener-rate", type=option_type(float, Ge(0), Le(1)),
                    help="scripted teacher: share of traces that restate the question (the RFT run's teacher_opener_rate)")
     p.add_argument("--data", default="artifacts/tiny/data")
-    p.add_argument("--split", default="test", choices=["train", "validation", "test"])
-    p.add_argument("--limit", type=int, default=0, help="first N tasks only (0 = all)")
+    p.add_argument("--split", default="test", choices=["train", "validation", "test", "holdout"],
+                   help="holdout: published figures only; each run is appended to the holdout log")
+    p.add_argument("--limit", type=option_type(int, Ge(0)), default=0, help="first N tasks only (0 = all)")
     p.add_argument("--engine", default="auto", choices=["auto", "vllm", "transformers"])
     p.add_argument("--calculator", action="store_true",
                    help="calculator-assisted decoding: the digits after a sum's '=' are computed, not sampled")
@@ -56,22 +60,23 @@ def build_parser() -> argparse.ArgumentParser:
                    help="transformers engine: torch device (auto: the accelerator if torch sees one, else cpu)")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"],
                    help="transformers engine: weights and compute dtype")
-    p.add_argument("--batch-size", type=int, default=16,
+    p.add_argument("--batch-size", type=option_type(int, Ge(1)), default=16,
                    help="transformers engine: prompts per generate call (a GPU takes hundreds at once)")
-    p.add_argument("--max-tokens", type=int, default=768)
-    p.add_argument("--latency-probes", type=int, default=16)
+    p.add_argument("--max-tokens", type=option_type(int, Ge(1)), default=768, help="completion tokens per task")
+    p.add_argument("--latency-probes", type=option_type(int, Ge(0)), default=16,
+                   help="prompts timed one at a time for TTFT and TPOT (0 = none)")
     p.add_argument("--judge", default="rubric", choices=["rubric", "llm"])
     p.add_argument("--judge-base-url")
     p.add_argument("--judge-model")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=option_type(int, Ge(0)), default=0)
     p.add_argument("--thinking-caps", nargs="?", const=",".join(map(str, DEFAULT_CAPS)),
                    help="correctness against the thinking cap, budget-forced in token space as the server forces it, "
                    "and the model's minimum thinking budget, saved beside the checkpoint; alone: the caps "
                    f"{','.join(map(str, DEFAULT_CAPS))} (and uncapped), or a list such as 0,16,32")
-    p.add_argument("--reply-reserve", type=int, default=REPLY_RESERVE,
+    p.add_argument("--reply-reserve", type=option_type(int, Ge(1)), default=REPLY_RESERVE,
                    help="reply tokens after a forced end of thinking in the cap curve: the server's "
                    f"budget.reply_reserve (default {REPLY_RESERVE}, the server's default)")
-    p.add_argument("--min-thinking-ratio", type=float, default=0.9,
+    p.add_argument("--min-thinking-ratio", type=option_type(float, Gt(0), Le(1)), default=0.9,
                    help="the minimum thinking budget keeps this share of the uncapped correctness (default 0.9)")
     p.add_argument("--calibration-out", help="where the thinking calibration goes (default: "
                    "<model>/thinking_calibration.json; with several models, a directory)")
@@ -93,20 +98,23 @@ def _checkpoint_problem(path: str) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # --help (0), or an option out of its range: one line already printed (2)
+        return int(exc.code or 0)
     if not args.model and not args.teacher:
-        print("error: give at least one --model or --teacher", file=sys.stderr)
+        print("livethink eval: give at least one --model or --teacher", file=sys.stderr)
         return 2
-    if args.teacher_opener_rate is not None and not 0.0 <= args.teacher_opener_rate <= 1.0:
-        print(f"error: --teacher-opener-rate must be in [0, 1], got {args.teacher_opener_rate}", file=sys.stderr)
+    if args.judge == "llm" and not (args.judge_base_url and args.judge_model):
+        print("livethink eval: --judge llm needs --judge-base-url and --judge-model", file=sys.stderr)
         return 2
     if args.name and len(args.name) != len(args.model):
-        print("error: --name must be given once per --model", file=sys.stderr)
+        print("livethink eval: --name must be given once per --model", file=sys.stderr)
         return 2
     for model in args.model:
         problem = _checkpoint_problem(model)
         if problem:
-            print(f"error: --model: {problem}", file=sys.stderr)
+            print(f"livethink eval: --model: {problem}", file=sys.stderr)
             return 2
     from livethink.eval.harness import evaluate_model
     from livethink.eval.thinking_curve import CALIBRATION_FILE, ThinkingCurve, parse_caps, save_curve
@@ -115,21 +123,12 @@ def main(argv: list[str] | None = None) -> int:
     try:
         caps = parse_caps(args.thinking_caps) if args.thinking_caps else ()
     except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-    if not 0 < args.min_thinking_ratio <= 1:
-        print(f"error: --min-thinking-ratio must be in (0, 1], got {args.min_thinking_ratio}", file=sys.stderr)
-        return 2
-    if args.reply_reserve < 1:
-        print(f"error: --reply-reserve must be >= 1, got {args.reply_reserve}", file=sys.stderr)
-        return 2
-    if args.batch_size < 1:
-        print(f"error: --batch-size must be >= 1, got {args.batch_size}", file=sys.stderr)
+        print(f"livethink eval: {exc}", file=sys.stderr)
         return 2
 
     split_file = Path(args.data) / f"{args.split}.jsonl"
     if not split_file.is_file():
-        print(f"error: --data: {split_file} not found (run `livethink data generate --out {args.data}`)", file=sys.stderr)
+        print(f"livethink eval: --data: {split_file} not found (run `livethink data generate --out {args.data}`)", file=sys.stderr)
         return 2
     tasks = read_tasks(split_file)
     if args.limit:
@@ -142,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
 
         tok_dir = args.tokenizer or (args.model[0] if args.model else None)
         if tok_dir is None:
-            print("error: --tokenizer is needed to count teacher tokens without a --model", file=sys.stderr)
+            print("livethink eval: --tokenizer is needed to count teacher tokens without a --model", file=sys.stderr)
             return 2
         results.append(evaluate_teacher(args.teacher, tasks, judge, load_tokenizer(tok_dir), 1.0, args.seed,
                                         opener_rate=args.teacher_opener_rate))
@@ -174,6 +173,12 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"command": "livethink eval " + shlex.join(argv if argv is not None else sys.argv[1:]), "split": args.split,
             "n_tasks": len(tasks), "data": args.data, "judge": args.judge, "note": args.note}
     md = write_report(results, args.out, "livethink eval", meta)
+    from livethink.eval.holdout_log import record_holdout_eval
+
+    record_holdout_eval(args.split, command=meta["command"], n_tasks=len(tasks),
+                        models=[*args.model, *([f"teacher ({args.teacher})"] if args.teacher else [])],
+                        computed=["correctness", "helpfulness", "tokens", *(["thinking caps"] if caps else [])],
+                        extra={"names": [r["name"] for r in results], "out": args.out})
     print(md.read_text())
     return 0
 

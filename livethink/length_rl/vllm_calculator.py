@@ -19,7 +19,6 @@ import math
 from typing import Any
 
 from livethink.calculator.processors import REQUEST_FLAG, forced_mask
-from livethink.length_rl.trl_compat import wrap_vllm_generate
 
 
 def calculator_generation_kwargs(generation_kwargs: dict[str, Any] | None) -> dict[str, Any]:
@@ -39,6 +38,8 @@ def patch_forced_logprobs(generation: Any, tokenizer: Any, char_ids: dict[str, i
     """Wrap ``generation.generate`` (a TRL ``VLLMGeneration``) so forced digits report NaN sampling log-probs.
 
     ``char_ids``: ``result_char_token_ids(tokenizer)``. Colocate mode returns one prompt per completion."""
+    # imported here, so that checking a config (calculator_generation_kwargs) imports no trainer and no vLLM
+    from livethink.length_rl.trl_compat import wrap_vllm_generate
 
     def after(result: tuple) -> tuple:
         prompt_ids, completion_ids, logprobs, logprob_token_ids = result

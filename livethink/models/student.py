@@ -134,7 +134,9 @@ class StudentConfig:
         path = Path(path)
         if not path.is_file():
             raise FileNotFoundError(f"student config not found: {path}")
-        data = yaml.safe_load(path.read_text()) or {}
+        from livethink.yaml_files import read_yaml
+
+        data = read_yaml(path) or {}  # a syntax error: one line with the file, line and column
         if not isinstance(data, dict):
             raise ValueError(f"{path}: expected a mapping of student fields, got {type(data).__name__}")
         data.update({k: v for k, v in overrides.items() if v is not None})

