@@ -73,7 +73,7 @@ def test_quick_run_says_it_checks_the_plumbing_not_quality(tmp_path: Path) -> No
 def test_data_step_runs_once_then_is_reused(tmp_path: Path, capsys) -> None:
     assert main(["--quick", "--workdir", str(tmp_path), "--only", "data"]) == 0
     manifest = tmp_path / "artifacts/quick/data/manifest.json"
-    assert json.loads(manifest.read_text())["counts"] == {"train": 1000, "validation": 100, "test": 100}
+    assert json.loads(manifest.read_text())["counts"] == {"train": 1000, "validation": 100, "test": 100, "holdout": 1000}
     first = manifest.stat().st_mtime_ns
     capsys.readouterr()
 

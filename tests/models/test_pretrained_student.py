@@ -197,5 +197,5 @@ def test_budget_forcing_refuses_a_student_that_does_not_think(smollm2_dir, tmp_p
     err = capsys.readouterr().err
     assert err.startswith("livethink grpo: invalid config: budget_forcing: ") and "does not think" in err
     assert "Traceback" not in err and not (tmp_path / "grpo").exists()
-    assert main([*argv, "--dry-run"]) == 1
+    assert main([*argv, "--dry-run"]) == 2
     assert "does not think" in json.loads(capsys.readouterr().out)["problems"][0]

@@ -99,4 +99,6 @@ def test_smollm2_rft_config_dry_run_without_the_checkpoint(tmp_path):
                          capture_output=True, text=True, cwd=ROOT, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     report = json.loads(out.stdout)
-    assert report["ok"] and "not on this machine" in report["student"]["note"]
+    assert report["ok"] and not report["starts_here"]
+    assert any("not on this machine" in m and "pretrained" in m for m in report["missing_here"])
+    assert "would not start here" in out.stderr.splitlines()[-1]
