@@ -15,7 +15,7 @@ export HF_DATASETS_OFFLINE = 1
 export TOKENIZERS_PARALLELISM = false
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: install demo test test-quick lint format clean chromium postgres haproxy replicas
+.PHONY: install demo test test-quick lint format clean chromium postgres haproxy promtool replicas
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -57,6 +57,12 @@ haproxy:
 	@command -v haproxy >/dev/null || \
 	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq haproxy >/dev/null; }
 
+# Prometheus' promtool (Debian's prometheus package; its service is not started) lints the server's /metrics.
+promtool:
+	@command -v promtool >/dev/null || \
+	  { apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	      prometheus >/dev/null; }
+
 # A local replica set: REPLICAS serve processes behind HAProxy on PORT, sharing a throwaway PostgreSQL A/B store
 # (or STORE=postgresql+psycopg://user@host/db). SERVE_CONFIG serves RFT (models.rft); the experiment's other arm,
 # drpo, is the DRPO student at DRPO (both as `make demo` trains them; DRPO= keeps the config's own models.drpo).
@@ -75,7 +81,7 @@ replicas: install postgres haproxy
 demo: install
 	$(PY) -m livethink.demo_job $(if $(filter 1,$(QUICK)),--quick,) $(DEMO_ARGS)
 
-test: install chromium postgres haproxy
+test: install chromium postgres haproxy promtool
 	$(PY) -m ruff check livethink apps tests benchmarks
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests
 

@@ -5,7 +5,9 @@ budget-forced rollouts from it: the student trained for the server's cut) -> eva
 -> calibration (each student's minimum thinking budget) -> server with two A/B arms -> a short simulated viewer
 stream -> Gradio app.
 Every batch step checks for its output first, so a re-run only does what is missing. ``--quick`` uses small
-settings. Each step runs in a child process; Ctrl-C stops every process the job started.
+settings. Each step runs in a child process; Ctrl-C, SIGTERM (``kill``, systemd, a container stop) and SIGHUP
+(the terminal closing) stop every process the job started. A port already taken is refused up front, naming the
+process that holds it.
 """
 
 from __future__ import annotations
@@ -239,9 +241,49 @@ def report_stream(stdout: str, out: Path) -> None:
     print(f"[demo] simulated viewers: details in {out}", flush=True)
 
 
+def port_holder(port: int, host: str = "127.0.0.1") -> str | None:
+    """None when ``host:port`` is free to listen on; else who holds it ("pid 123 (livethink serve ...)" where the
+    process can be found, psutil permitting)."""
+    import socket
+
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+            return None
+        except OSError:
+            pass
+    try:
+        import psutil
+
+        for conn in psutil.net_connections("tcp"):
+            if conn.laddr and conn.laddr.port == port and conn.status == psutil.CONN_LISTEN and conn.pid:
+                cmd = " ".join(psutil.Process(conn.pid).cmdline())[:160]
+                return f"pid {conn.pid} ({cmd})"
+    except Exception:  # psutil missing, or not allowed to see other processes' sockets
+        pass
+    return "another process"
+
+
+def stop_on_signals() -> None:
+    """SIGTERM and SIGHUP stop the job as Ctrl-C does (a ``KeyboardInterrupt``: every step's and the server's
+    ``finally`` stops the processes it started, in their own process groups)."""
+
+    def stop(signum: int, _frame: object) -> None:
+        for sig in (signal.SIGTERM, signal.SIGHUP):  # a second one must not cut the clean-up short
+            signal.signal(sig, signal.SIG_IGN)
+        raise KeyboardInterrupt(signal.Signals(signum).name)
+
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(sig, stop)
+
+
 def serve_and_show(settings: Settings, env: dict[str, str], port: int, ui_port: int, hold: bool) -> None:
     """Start the server (two arms), stream simulated viewers through it, launch the Gradio app."""
     server_url = f"http://127.0.0.1:{port}"
+    for what, p, flag in (("the server", port, "--port"), ("the Gradio app", ui_port, "--ui-port")):
+        holder = port_holder(p)
+        if holder is not None:
+            raise RuntimeError(f"port {p} for {what} is taken by {holder}: stop it, or pass {flag} (DEMO_ARGS)")
     store = settings.runs / "ab.db"
     experiment = ROOT / "configs/ab/drpo_vs_rft.yaml"
     server = subprocess.Popen(
@@ -299,6 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     env.setdefault("VLLM_CPU_KVCACHE_SPACE", "2")
     timings: dict[str, float] = {}
     started = time.perf_counter()
+    stop_on_signals()
     try:
         for step in STEPS:
             if args.only and step.name not in args.only:
@@ -320,9 +363,10 @@ def main(argv: list[str] | None = None) -> int:
             print(f"[demo] {QUICK_NOTICE}", flush=True)
         if not args.no_serve and not args.only:
             serve_and_show(settings, env, args.port, args.ui_port, hold=not args.no_hold)
-    except KeyboardInterrupt:
-        print("\n[demo] interrupted; every process it started was stopped", file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        name = str(exc) if str(exc).startswith("SIG") else "Ctrl-C"
+        print(f"\n[demo] stopped ({name}); every process it started was stopped", file=sys.stderr)
+        return {"SIGTERM": 143, "SIGHUP": 129}.get(name, 130)
     except RuntimeError as exc:
         print(f"[demo] {exc}", file=sys.stderr)
         return 1

@@ -8,8 +8,9 @@ free loopback port; Debian's ``postgresql`` package). Each replica gets its own 
 ``--workdir``, and all replicas write ahead to one spool root (``<workdir>/spool``, a sub-directory per process):
 a replica restarted after a crash replays what its dead predecessor had not yet stored. HAProxy
 (``deploy/haproxy.cfg.tmpl``, Debian's ``haproxy`` package) balances by least connections, health-checks
-``/health`` every second and sends a request to another replica when one refuses connections. Ctrl-C stops it all.
-See docs/replicas.md.
+``/health`` every second and sends a request to another replica when one refuses connections or answers 503
+(while the request's deadline leaves time: ``haproxy_config``). Ctrl-C stops it all; SIGHUP restarts the replicas
+one at a time (``ReplicaSet.rolling_restart``: each drains first). See docs/replicas.md.
 """
 
 from __future__ import annotations
@@ -29,8 +30,8 @@ import httpx
 import yaml
 
 from livethink.cli_args import FlagParser, key_value
-from livethink.serve.config import ConfigError, ServeConfig, load_config
-from livethink.serve.dry_run import dry_run, print_report
+from livethink.serve.config import ConfigError, ServeConfig, load_config, parse_config
+from livethink.serve.dry_run import dry_run, preflight, print_report
 from livethink.server_process import LOOPBACK, ServerProcess, free_port
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -38,10 +39,39 @@ TEMPLATE = ROOT / "deploy" / "haproxy.cfg.tmpl"
 FRONT_PORT_ATTEMPTS = 3  # a front port chosen here (no --port) is chosen again when another process took it
 
 
-def haproxy_config(bind_port: int, replica_ports: list[int]) -> str:
-    """HAProxy's config for ``replica_ports`` (server names r0, r1, ...), listening on 127.0.0.1:bind_port."""
+FRONT_MARGIN_MS = 250  # a replica may take this long past a deadline (its last bytes, the network)
+MIN_RETRY_MS = 100  # no retry on another replica with less time than this left to the deadline
+
+
+def front_deadlines(config: ServeConfig) -> dict[str, int]:
+    """The deadline (ms) HAProxy gives a request of each endpoint without its own ``X-Request-Deadline``: the
+    endpoint's, or the longest an arm of the config's experiments sets (an arm's own deadline must not be cut)."""
+    arms: list[int] = []
+    if config.experiment is not None:
+        from livethink.ab_test.experiment import load_experiments
+
+        try:
+            experiments = load_experiments(config.experiment.file)
+        except Exception:  # the dry-run and the replicas report a broken experiments file themselves
+            experiments = {}
+        arms = [a.budget.deadline_ms for e in experiments.values() for a in e.arms if a.budget and a.budget.deadline_ms]
+    return {ep: max([config.deadline_ms(ep), *arms]) for ep in ("livestream", "chat")}
+
+
+def haproxy_config(bind_port: int, replica_ports: list[int], config: ServeConfig | None = None) -> str:
+    """HAProxy's config for ``replica_ports`` (server names r0, r1, ...), listening on 127.0.0.1:bind_port, its
+    timeouts from ``config``'s deadlines (``front_deadlines``; the defaults' without a config): ``timeout server``
+    is the longest deadline + ``FRONT_MARGIN_MS``, and each request's time left to its ``X-Request-Deadline``
+    (+ margin) bounds its wait; no L7 retry with less than ``MIN_RETRY_MS`` left."""
+    deadlines = front_deadlines(config if config is not None else ServeConfig(models={"m": {"path": "m"}},
+                                                                              default_model="m"))  # fmt: skip
+    longest = max(deadlines.values())
     servers = "\n".join(f"    server r{i} {LOOPBACK}:{p} check" for i, p in enumerate(replica_ports))
-    return Template(TEMPLATE.read_text()).substitute(bind=f"{LOOPBACK}:{bind_port}", servers=servers)
+    return Template(TEMPLATE.read_text()).substitute(
+        bind=f"{LOOPBACK}:{bind_port}", servers=servers, livestream_deadline_ms=deadlines["livestream"],
+        chat_deadline_ms=deadlines["chat"], margin_ms=FRONT_MARGIN_MS, min_retry_ms=MIN_RETRY_MS,
+        timeout_server_ms=longest + FRONT_MARGIN_MS, timeout_client_ms=max(60_000, 2 * longest),
+    )  # fmt: skip
 
 
 class ReplicaSet:
@@ -71,6 +101,7 @@ class ReplicaSet:
                              "spool_dir": str(self.workdir / "spool")}  # fmt: skip
         self.config_path = self.workdir / "serve.yaml"
         self.config_path.write_text(yaml.safe_dump(cfg))
+        self.serve_config = cfg
         self.env = {**os.environ, "TOKENIZERS_PARALLELISM": "false", **(env or {})}
         self.startup_timeout_s = startup_timeout_s
         self.ports = [free_port() for _ in range(n)]
@@ -107,7 +138,11 @@ class ReplicaSet:
         """Start HAProxy on ``front_port``; True once the front answers ``/health``, False if it exits or is not
         up within 30 s (then it is stopped; its log says why)."""
         cfg = self.workdir / "haproxy.cfg"
-        cfg.write_text(haproxy_config(self.front_port, self.ports))
+        try:
+            serve_config: ServeConfig | None = parse_config(self.serve_config)
+        except ConfigError:
+            serve_config = None  # the replicas say what is wrong with it
+        cfg.write_text(haproxy_config(self.front_port, self.ports, serve_config))
         check = subprocess.run(["haproxy", "-c", "-q", "-f", str(cfg)], capture_output=True, text=True)
         if check.returncode != 0:
             raise RuntimeError(f"haproxy rejected {cfg}: {check.stderr}")
@@ -132,9 +167,10 @@ class ReplicaSet:
     def _spawn(self, i: int) -> _LazyServer:
         argv = [sys.executable, "-m", "livethink.serve.cli", "--config", str(self.config_path),
                 "--port", str(self.ports[i])]  # fmt: skip
+        drain_s = float((self.serve_config.get("server") or {}).get("drain_s", 30.0))
         return _LazyServer(argv, port=self.ports[i], log_path=self.workdir / f"replica{i}.log", ready_path="/health",
-                           name=f"replica {i}", cwd=ROOT, env=self.env,
-                           startup_timeout_s=self.startup_timeout_s)  # fmt: skip
+                           name=f"replica {i}", cwd=ROOT, env=self.env, startup_timeout_s=self.startup_timeout_s,
+                           stop_timeout_s=drain_s + 30)  # fmt: skip
 
     def replica_url(self, i: int) -> str:
         return f"http://{LOOPBACK}:{self.ports[i]}"
@@ -156,6 +192,23 @@ class ReplicaSet:
         self.replicas[i] = p
         p.wait_ready()
         return p.startup_s
+
+    def rolling_restart(self, settle_s: float = 2.0) -> list[float]:
+        """Restart the replicas one at a time, each on its port: SIGTERM (it drains: its ``/health`` turns 503, so
+        HAProxy takes it out within two checks, and the requests it refuses meanwhile are retried on another
+        replica; those in flight finish), wait for its exit, start it, wait for ``/health`` 200, then ``settle_s``
+        more for HAProxy to mark it up, and go on to the next. Returns each replica's seconds out of service."""
+        times = []
+        for i, r in enumerate(self.replicas):
+            if r is None:
+                continue
+            t0 = time.monotonic()
+            r.close()
+            self.replicas[i] = None
+            self.restart(i)
+            time.sleep(settle_s)
+            times.append(time.monotonic() - t0)
+        return times
 
     def close(self) -> None:
         """Stop every replica (all at once: each waits for its engines) and HAProxy."""
@@ -197,7 +250,7 @@ class _LazyServer(ServerProcess):
 def _parser() -> FlagParser:
     ap = FlagParser(prog="python -m livethink.replicas", description=__doc__,
                     formatter_class=argparse.RawDescriptionHelpFormatter)  # fmt: skip
-    ap.add_argument("--config", required=True, help="serve YAML (e.g. configs/tiny/serve.yaml)")
+    ap.add_argument("--config", help="serve YAML (e.g. configs/tiny/serve.yaml); required unless --rolling-restart")
     ap.add_argument("--replicas", type=int, default=2)
     ap.add_argument("--port", type=int, default=8000, help="HAProxy's port on 127.0.0.1")
     ap.add_argument("--experiments", help="A/B experiments YAML (default: the config's experiment.file)")
@@ -207,7 +260,26 @@ def _parser() -> FlagParser:
                     help="override a serve config field (dotted key, YAML value; repeatable)")  # fmt: skip
     ap.add_argument("--dry-run", action="store_true", help="check the replica set's config and tools, print a "
                     "JSON report (the serve --dry-run's, plus haproxy and PostgreSQL) and exit")  # fmt: skip
+    ap.add_argument("--rolling-restart", action="store_true", help="restart the replicas of the set running under "
+                    "--workdir one at a time (each drains first; sends it SIGHUP) and exit")  # fmt: skip
     return ap
+
+
+PID_FILE = "replicas.pid"  # under --workdir while a set runs: where --rolling-restart sends its SIGHUP
+
+
+def request_rolling_restart(workdir: Path) -> int:
+    """SIGHUP to the replica set running under ``workdir`` (its pid file): 0 sent, 1 none is running."""
+    pid_file = workdir / PID_FILE
+    try:
+        pid = int(pid_file.read_text())
+        os.kill(pid, signal.SIGHUP)
+    except (OSError, ValueError):
+        print(f"livethink replicas: --rolling-restart: no replica set is running under {workdir} ({pid_file})",
+              file=sys.stderr)  # fmt: skip
+        return 1
+    print(f"rolling restart requested (SIGHUP to {pid}); its log says when it is done", flush=True)
+    return 0
 
 
 def replica_config(args: argparse.Namespace) -> ServeConfig:
@@ -247,6 +319,10 @@ def dry_run_replicas(config: ServeConfig, args: argparse.Namespace) -> dict[str,
 def main(argv: list[str] | None = None) -> int:
     ap = _parser()
     args = ap.parse_args(argv)
+    if args.rolling_restart:
+        return request_rolling_restart(Path(args.workdir).resolve())
+    if not args.config:
+        ap.error("--config is required (unless --rolling-restart)")
     if args.replicas < 1:
         ap.error("--replicas: must be at least 1")
     try:
@@ -255,7 +331,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"livethink replicas: invalid config: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
-        return print_report(dry_run_replicas(config, args), "livethink replicas")
+        return print_report(dry_run_replicas(config, args), "livethink replicas")  # 2 when the config is wrong
+    stop = preflight(config)  # what would stop every replica (a missing model path): one line, nothing started
+    if stop is not None:
+        print(f"livethink replicas: {stop[1]}", file=sys.stderr)
+        return stop[0]
     workdir = Path(args.workdir).resolve()
 
     def _stop(signum: int, _frame: Any) -> None:
@@ -263,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
 
     for sig in (signal.SIGINT, signal.SIGTERM):  # also when started in the background (SIGINT ignored there)
         signal.signal(sig, _stop)
+    hup: list[int] = []  # SIGHUP: a rolling restart of the replicas (done by the main loop)
+    signal.signal(signal.SIGHUP, lambda signum, _frame: hup.append(signum))
     pg = None
     store = args.store
     if store is None:
@@ -276,13 +358,22 @@ def main(argv: list[str] | None = None) -> int:
                         port=args.port) as rs:  # fmt: skip
             for i in range(args.replicas):
                 print(f"replica {i}: {rs.replica_url(i)} (log {workdir}/replica{i}.log)", flush=True)
-            print(f"HAProxy front: {rs.url}  (Ctrl-C stops everything)", flush=True)
+            (workdir / PID_FILE).write_text(str(os.getpid()))
+            print(f"HAProxy front: {rs.url}  (Ctrl-C stops everything; --rolling-restart --workdir {args.workdir} or "
+                  f"kill -HUP {os.getpid()} restarts the replicas one at a time)", flush=True)  # fmt: skip
             try:
                 while True:
-                    time.sleep(3600)
+                    time.sleep(0.5)
+                    if hup:
+                        hup.clear()
+                        print("rolling restart (SIGHUP): one replica at a time", flush=True)
+                        took = rs.rolling_restart()
+                        print("rolling restart done: " + ", ".join(f"replica {i} {s:.0f} s" for i, s in enumerate(took)),
+                              flush=True)  # fmt: skip
             except KeyboardInterrupt:
                 print("stopping", flush=True)
     finally:
+        (workdir / PID_FILE).unlink(missing_ok=True)
         if pg is not None:
             pg.close()
     return 0

@@ -182,7 +182,8 @@ def layer_violations(graph: dict[str, set[str]], layers: tuple[str, ...] = SERVE
         for target in sorted(imported):
             theirs = layer_of(target)
             if theirs is None:
-                if target.startswith(prefix) and target not in SERVE_SHARED:
+                shared = target in SERVE_SHARED or target.startswith(f"{PACKAGE}.serve.protocol.")
+                if target.startswith(prefix) and not shared:
                     found.append(f"{importer} → {target}")
             elif theirs != own and rank[theirs] > rank[own]:
                 found.append(f"{importer} → {target}")

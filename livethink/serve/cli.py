@@ -6,20 +6,34 @@ without its own ``endpoints.*.deadline_ms`` (the shipped configs: livestream; ch
 endpoint sets its own, it is refused. ``--dry-run`` checks the config as start-up would (models, engine,
 experiments, store, spool, thinking floors) without loading weights or needing a GPU, prints a JSON report
 (``problems``: the config is wrong; ``missing_here``: what this machine lacks to start it, e.g. a checkpoint;
-each model's thinking floor and ``below_min_thinking``) and exits 0 (ok) or 1 (problems).
+each model's thinking floor and ``below_min_thinking``) and exits 0 (ok) or 2 (problems).
 ``--openapi docs/openapi.json`` writes the server's OpenAPI document (no config needed; ``-`` for stdout).
 vLLM spawns its engine process, so this module is the ``__main__`` of the server process. Exit codes: 0 stopped,
 2 invalid config, 3 the engine failed to start, 4 an engine died more often than ``engine.restart_max`` allows.
+
+SIGTERM drains (``livethink.serve.api.drain``): ``/health`` turns 503 ``draining`` at once, new requests get 503 +
+``Retry-After``, the requests in flight (streams included) finish, then the process exits 0; ``server.drain_s``
+caps the wait. A second SIGTERM, or Ctrl-C (SIGINT), stops at once. ``/health/live`` answers only once the server
+listens (after the engines have started): it is the startup probe too.
 """
 
 from __future__ import annotations
 
+import logging
 import os
+import signal
 import socket
 import sys
 from argparse import RawDescriptionHelpFormatter
+from types import FrameType
+from typing import Any
+
+import uvicorn
 
 from livethink.cli_args import FlagParser, key_value
+from livethink.serve.api.drain import Drain
+
+log = logging.getLogger("livethink.serve.drain")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -67,8 +81,6 @@ def main(argv: list[str] | None = None) -> int:
 
         return print_report(dry_run(config), "livethink serve")
 
-    import uvicorn
-
     from livethink.serve.api.app import create_app
     from livethink.serve.api.clock import uvicorn_http
     from livethink.serve.telemetry.access_log import configure_logging
@@ -78,7 +90,7 @@ def main(argv: list[str] | None = None) -> int:
     configure_logging(level, args.log_format)
     app = create_app(config)
     app.state.exit_on_engine_error = True
-    server = uvicorn.Server(
+    server = DrainingServer(
         uvicorn.Config(
             app,
             host=config.server.host,
@@ -87,7 +99,9 @@ def main(argv: list[str] | None = None) -> int:
             access_log=False,
             timeout_graceful_shutdown=5,
             http=uvicorn_http(),  # stamps each request at its first byte (the deadline counts from there)
-        )
+        ),
+        app.state.drain,
+        config.server.drain_s,
     )
     # an engine whose restart budget is spent stops the server; the exit code (4) tells its supervisor
     app.state.request_exit = lambda: setattr(server, "should_exit", True)
@@ -97,10 +111,50 @@ def main(argv: list[str] | None = None) -> int:
         print(f"livethink serve: cannot listen on {config.server.host}:{config.server.port}: {exc.strerror or exc}",
               file=sys.stderr)
         return 3
+    from livethink.serve.dry_run import preflight
+
+    stop = preflight(config)  # a missing model path, a broken experiments file: one line, before any engine starts
+    if stop is not None:
+        sock.close()
+        print(f"livethink serve: {stop[1]}", file=sys.stderr)
+        return stop[0]
     server.run(sockets=[sock])
     if not server.started:
         return 3
     return app.state.exit_code
+
+
+class DrainingServer(uvicorn.Server):
+    """``uvicorn.Server`` whose first SIGTERM drains (``Drain``) instead of stopping; it stops once the drain
+    is done (no request in flight, or ``drain_s`` passed). The SIGTERM is not re-raised after the shutdown
+    (uvicorn re-raises the signals it caught), so the process exits 0."""
+
+    def __init__(self, config: Any, drain: Drain, drain_s: float) -> None:
+        super().__init__(config)
+        self.drain, self.drain_s = drain, drain_s
+        self._announced = False
+
+    def handle_exit(self, sig: int, frame: FrameType | None) -> None:
+        if sig == signal.SIGTERM:
+            if not self.drain.begin("SIGTERM"):
+                self.should_exit = True  # a second SIGTERM: stop now
+            return
+        super().handle_exit(sig, frame)
+
+    async def on_tick(self, counter: int) -> bool:
+        if self.drain.draining and not self.should_exit:
+            if not self._announced:
+                self._announced = True
+                log.info("draining (%s): /health is 503, new requests are refused; %d in flight, at most "
+                         "%.0f s (server.drain_s)", self.drain.reason, self.drain.in_flight, self.drain_s)
+            if self.drain.done(self.drain_s):
+                if self.drain.in_flight:
+                    log.warning("drain: %d requests still in flight after %.0f s (server.drain_s); stopping",
+                                self.drain.in_flight, self.drain_s)
+                else:
+                    log.info("drained: no request in flight; stopping")
+                self.should_exit = True
+        return await super().on_tick(counter)
 
 
 def listening_socket(host: str, port: int) -> socket.socket:

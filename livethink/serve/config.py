@@ -18,6 +18,7 @@ from livethink.data.budget_forcing import REPLY_RESERVE
 from livethink.data.reasoning_format import parse_setting
 from livethink.serve.budget.controller import EstimatorSettings
 from livethink.serve.budget.plan import BudgetPolicy
+from livethink.yaml_files import yaml_error_line
 
 
 class ConfigError(ValueError):
@@ -182,8 +183,23 @@ class EndpointConfig(_Strict):
     below_min_thinking: Literal["auto", "shed", "fallback", "answer"] = "auto"
 
 
+class LivestreamConfig(EndpointConfig):
+    """The livestream endpoint: a streamed reply paced to speech (``stream: true``), and what a refusal gets."""
+
+    speech_rate_wps: float = Field(default=2.5, gt=0, le=20)  # the avatar's speech (a request may set its own)
+    # planning a streamed reply: its first sentence's tokens, until the model's first sentences are measured
+    first_sentence_tokens: int = Field(default=16, ge=1)
+    streamed_interval: int = Field(default=1, ge=1)  # engine deltas every n tokens for a streamed reply
+    # the latest a streamed reply's later sentences may come (ms from arrival); None: the chat endpoint's deadline
+    max_stream_ms: int | None = Field(default=None, gt=0)
+    # a request admission refuses: error (429 + Retry-After) or filler (HTTP 200 with a filler line, marked
+    # fallback and refused); a request may set its own
+    on_refusal: Literal["error", "filler"] = "error"
+    filler_reply: str | None = Field(default=None, min_length=1)  # None: budget.fallback_reply
+
+
 class EndpointsConfig(_Strict):
-    livestream: EndpointConfig = EndpointConfig(stream_interval=8)
+    livestream: LivestreamConfig = LivestreamConfig(stream_interval=8)
     chat: EndpointConfig = EndpointConfig(deadline_ms=30_000)
 
 
@@ -211,6 +227,15 @@ class AuthConfig(_Strict):
     admin_keys: tuple[str, ...] = ()
     admin_key_env: str | None = "LIVETHINK_ADMIN_KEY"
     public_paths: tuple[str, ...] = ("/health", "/health/live")
+    # A/B-scoped tokens: with any key configured, forcing an arm (a request's ``arm``) and posting outcomes need
+    # one of these or an admin token (``livethink.serve.api.limits``)
+    ab_keys: tuple[str, ...] = ()
+    ab_key_env: str | None = "LIVETHINK_AB_KEY"
+
+    def ab_scoped(self) -> frozenset[str]:
+        """The A/B-scoped tokens (``ab_keys`` and ``ab_key_env``'s)."""
+        from_env = os.environ.get(self.ab_key_env, "") if self.ab_key_env else ""
+        return frozenset([k for k in self.ab_keys if k] + [k.strip() for k in from_env.split(",") if k.strip()])
 
     def keys(self) -> tuple[frozenset[str], frozenset[str]]:
         def collect(keys: tuple[str, ...], env: str | None) -> frozenset[str]:
@@ -225,6 +250,20 @@ class ServerConfig(_Strict):
     port: int = Field(default=8000, ge=0, le=65535)
     log_level: Literal["debug", "info", "warning", "error"] = "info"
     max_body_kb: int = Field(default=1024, ge=1)  # larger POST bodies get a 413
+    # SIGTERM: /health turns 503 (draining), new requests get 503, the process exits 0 once the requests in flight
+    # have finished, or after this many seconds at most (keep it above the longest endpoint deadline)
+    drain_s: float = Field(default=30.0, ge=0)
+
+
+class LimitsConfig(_Strict):
+    """Token-bucket rate limits (``livethink.serve.api.limits``): a request over one gets 429 + ``Retry-After``
+    naming it. ``None`` rates turn a limit off (the default). A burst defaults to max(1, rate)."""
+
+    per_viewer_rps: float | None = Field(default=None, gt=0)  # per viewer_id (chat: viewer_id, else user)
+    per_viewer_burst: float | None = Field(default=None, ge=1)
+    per_key_rps: float | None = Field(default=None, gt=0)  # per bearer token
+    per_key_burst: float | None = Field(default=None, ge=1)
+    max_tracked: int = Field(default=100_000, ge=1)  # buckets kept per limit (the least recently used go first)
 
 
 class ServeConfig(_Strict):
@@ -238,6 +277,7 @@ class ServeConfig(_Strict):
     experiment: ExperimentConfig | None = None
     auth: AuthConfig = AuthConfig()
     server: ServerConfig = ServerConfig()
+    limits: LimitsConfig = LimitsConfig()
 
     @model_validator(mode="after")
     def _consistent(self) -> ServeConfig:
@@ -302,13 +342,15 @@ def load_config(path: str | Path, overrides: dict[str, Any] | None = None) -> Se
     override of it that no endpoint would use is refused, naming the endpoint fields that govern."""
     path = Path(path)
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
     except FileNotFoundError:
         raise ConfigError(f"{path}: file not found") from None
     except OSError as exc:
         raise ConfigError(f"{path}: cannot be read ({exc.strerror})") from None
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML ({exc})") from None
+    except UnicodeDecodeError as exc:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {exc.start})") from None
+    except yaml.YAMLError as exc:  # one line: file:line:column and the parser's reason
+        raise ConfigError(yaml_error_line(path, exc)) from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping, got {type(data).__name__}")
     overrides = overrides or {}

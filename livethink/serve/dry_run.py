@@ -126,6 +126,9 @@ def _check_experiments(config: ServeConfig, found: _Findings) -> dict[str, Any]:
     except ExperimentConfigError as exc:
         found.problems.append(f"experiment.file: {exc}")
         return out
+    except OSError as exc:  # a directory, a file without read permission
+        found.problems.append(f"experiment.file: {exp.file}: cannot be read ({exc.strerror})")
+        return out
     out["experiments"] = {
         name: {a.name: {"variant": a.variant or config.default_model, "weight": a.weight} for a in e.arms}
         for name, e in experiments.items()
@@ -160,14 +163,41 @@ def _thinking_floors(config: ServeConfig, models: dict[str, Any], found: _Findin
 
 
 def print_report(report: dict[str, Any], prog: str) -> int:
-    """Print ``report`` (JSON on stdout; problems, and what this machine lacks, on stderr); the exit code."""
+    """Print ``report`` (JSON on stdout) and one summary line on stderr (the problems, else what this machine
+    lacks, else that the server would start here); the exit code: 2 when the config is wrong (as the training
+    commands' ``--dry-run``), else 0."""
     print(json.dumps(report, indent=2, default=str))
-    for line in report["problems"]:
-        print(f"{prog}: {line}", file=sys.stderr)
-    if report["ok"] and not report["starts_here"]:
+    if report["problems"]:
+        print(f"{prog}: invalid config: {'; '.join(report['problems'])}", file=sys.stderr)
+        return 2
+    if report["starts_here"]:
+        print(f"{prog}: config ok; the server would start here", file=sys.stderr)
+    else:
         print(f"{prog}: the config is valid; start-up on this machine would stop at: "
               + "; ".join(report["missing_here"]), file=sys.stderr)  # fmt: skip
-    return 0 if report["ok"] else 1
+    return 0
+
+
+def preflight(config: ServeConfig) -> tuple[int, str] | None:
+    """What would stop ``livethink serve`` before anything expensive runs, as ``(exit code, one line)``: a model
+    or adapter path that is not there (3, as an engine that fails to start; no engine is tried on it) or an
+    experiments file that does not load (2, an invalid config); None when start-up may go ahead."""
+    from livethink.serve.engines import missing_model_paths
+
+    missing = missing_model_paths(config)
+    if missing:
+        return 3, f"cannot start: {'; '.join(missing)}"
+    if config.experiment is not None:
+        from livethink.ab_test.errors import ExperimentConfigError
+        from livethink.ab_test.experiment import load_experiments
+
+        try:
+            load_experiments(config.experiment.file, known_variants=set(config.models))
+        except ExperimentConfigError as exc:
+            return 2, f"invalid config: experiment.file: {exc}"
+        except OSError as exc:  # a directory, a file without read permission
+            return 2, f"invalid config: experiment.file: {config.experiment.file}: cannot be read ({exc.strerror})"
+    return None
 
 
 def safe_url(url: str) -> str:

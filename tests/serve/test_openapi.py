@@ -37,9 +37,9 @@ STATUSES = {
     ("get", "/version"): {401, 500},
     ("get", "/v1/models"): {401, 500},
     ("get", "/metrics"): {401, 500},
-    ("post", "/v1/livestream/reply"): {400, 401, 404, 413, 429, 500, 503},
-    ("post", "/v1/chat/completions"): {400, 401, 404, 413, 429, 500, 503},
-    ("post", "/v1/ab/outcomes"): {400, 401, 404, 409, 413, 500, 503},
+    ("post", "/v1/livestream/reply"): {400, 401, 403, 404, 413, 429, 500, 503},
+    ("post", "/v1/chat/completions"): {400, 401, 403, 404, 413, 429, 500, 503},
+    ("post", "/v1/ab/outcomes"): {400, 401, 403, 404, 409, 413, 429, 500, 503},
     ("get", "/v1/ab/experiments/{name}"): {401, 403, 404, 500},
     ("get", "/v1/admin/status"): {401, 403, 500},
 }
@@ -245,19 +245,20 @@ def test_auth_overload_and_ab_answers_match_the_document(doc, tmp_path):
     tokenizer = load_tokenizer(tiny_student_dir())
     exp = tmp_path / "exp.yaml"
     exp.write_text(EXPERIMENT)
-    overrides = {"auth.api_keys": ["k1"], "auth.admin_keys": ["adm"],
+    overrides = {"auth.api_keys": ["k1"], "auth.admin_keys": ["adm"], "auth.ab_keys": ["abk"],
                  "experiment": {"file": str(exp), "store": str(tmp_path / "ab.db")}}  # fmt: skip
     config = make_config(tiny_student_dir(), **overrides)
     server = ServerThread(create_app(config, engine_set(SlowEngine(tokenizer, token_s=0.002))))
-    user, admin = {"Authorization": "Bearer k1"}, {"Authorization": "Bearer adm"}
+    user, admin, ab = {"Authorization": "Bearer k1"}, {"Authorization": "Bearer adm"}, {"Authorization": "Bearer abk"}
     outcome = {"event_id": "o-1", "viewer_id": "viewer-1", "experiment": "live1", "type": "order", "gmv": 9.5}
     try:
         with httpx.Client(base_url=server.url, timeout=20) as http:
             assert http.post("/v1/livestream/reply", json=LIVE_BODY, headers=user).status_code == 200
             answers = [
-                ("post", "/v1/ab/outcomes", http.post("/v1/ab/outcomes", json=outcome, headers=user), 200),
+                ("post", "/v1/ab/outcomes", http.post("/v1/ab/outcomes", json=outcome, headers=ab), 200),
                 ("post", "/v1/ab/outcomes",
-                 http.post("/v1/ab/outcomes", json={**outcome, "gmv": 1.0}, headers=user), 409),
+                 http.post("/v1/ab/outcomes", json={**outcome, "gmv": 1.0}, headers=ab), 409),
+                ("post", "/v1/ab/outcomes", http.post("/v1/ab/outcomes", json=outcome, headers=user), 403),
                 ("post", "/v1/ab/outcomes", http.post("/v1/ab/outcomes", json=outcome), 401),
                 ("get", "/v1/ab/experiments/{name}", http.get("/v1/ab/experiments/live1", headers=admin), 200),
                 ("get", "/v1/ab/experiments/{name}", http.get("/v1/ab/experiments/live1", headers=user), 403),

@@ -301,7 +301,7 @@ def test_dry_run_and_doctor_show_each_floor_and_its_source(calibrated, tmp_path,
     (calibrated / "thinking_calibration.json").rename(tmp_path / "kept.json")
     try:
         (calibrated / "thinking_calibration.json").write_text('{"caps": [0]}')
-        assert serve_main(["--config", str(path), "--dry-run"]) == 1
+        assert serve_main(["--config", str(path), "--dry-run"]) == 2
         report = json.loads(capsys.readouterr().out)
         assert any(p.startswith("models.rft: ") and "not a thinking calibration" in p for p in report["problems"])
     finally:

@@ -35,14 +35,17 @@ _ERRORS: dict[int, tuple[str, dict[str, Any]]] = {
     401: ("missing or invalid bearer token (when the server has API keys)", {
         "WWW-Authenticate": {"description": "`Bearer`", "schema": {"type": "string"}},
     }),
-    403: ("a non-admin token on an admin endpoint (when the server has admin keys)", {}),
+    403: ("a non-admin token on an admin endpoint (when the server has admin keys), or forcing an `arm` / posting "
+          "an outcome without an A/B-scoped or admin token (`ab_scope_required`, when the server has keys)", {}),
     404: ("an unknown model, arm or experiment (`error.param` says which)", {}),
     409: ("an outcome `event_id` reused with different content", {}),
     413: ("the body is larger than `server.max_body_kb`", {}),
-    429: ("the deadline cannot be met at the current load; retry after `Retry-After` seconds", _RETRY_AFTER),
+    429: ("the deadline cannot be met at the current load, or a rate limit is exceeded (`rate_limited`; `limit` "
+          "names it: `limits.per_viewer_rps`, `limits.per_key_rps`); retry after `Retry-After` seconds", _RETRY_AFTER),
     500: ("an unexpected server error (logged server-side; no stack trace)", {}),
     503: ("unavailable now: the engine is down, restarting or stalled (`engine_unavailable`), or an A/B event "
-          "cannot be recorded (the store is down and the spool is full); retry after `Retry-After` seconds",
+          "cannot be recorded (the store is down and the spool is full), or the server is draining before it stops "
+          "(`draining`: send it to another replica); retry after `Retry-After` seconds",
           _RETRY_AFTER),
 }
 

@@ -27,7 +27,10 @@ from livethink.ab_test.serving import SIMULATED_HEADER
 from livethink.serve.api.access import JOB_KEY, AccessLog
 from livethink.serve.api.api_docs import PROMPT_TOO_LONG, errors, event_stream, install, operation_id
 from livethink.serve.api.clock import CLOCK_KEY, Clock, RequestClock
+from livethink.serve.api.drain import Drain, DrainGate
 from livethink.serve.api.lifespan import ENGINE_GAVE_UP_EXIT, lifespan
+from livethink.serve.api.limits import admit, require_ab_key
+from livethink.serve.api.livestream_stream import SSE_HEADERS, livestream_events
 from livethink.serve.api.responses import body_of, chat_response, livestream_response, sse_chunks
 from livethink.serve.api.routing import (
     CLIENT_GONE,
@@ -50,6 +53,7 @@ from livethink.serve.protocol import (
     ExperimentSummary,
     Health,
     Liveness,
+    LivestreamEvent,
     LivestreamReplyRequest,
     LivestreamReplyResponse,
     ModelList,
@@ -84,9 +88,11 @@ async def _require_experiment(request: Request) -> None:
         raise not_found("experiment: no experiment is configured on this server", "experiment")
 
 
-def _start(request: Request, body: LivestreamReplyRequest | ChatCompletionRequest) -> tuple[Service, Job]:
+async def _start(request: Request, body: LivestreamReplyRequest | ChatCompletionRequest) -> tuple[Service, Job]:
     """The request's job, admitted (or a 4xx); its accounting waits for the response's last byte (the client's
-    clock: metrics, deadline, A/B record)."""
+    clock: metrics, deadline, A/B record). The body's size (413, ``routing.read_body``) and its prompt's length in
+    characters are checked first; rendering and tokenising the prompt run in a worker thread, off the event loop."""
+    admit(request, body)  # forcing an arm needs the A/B scope; the viewer's rate limit (limits.py)
     svc: Service = request.app.state.service
     clock: Clock = request.scope[CLOCK_KEY]
     simulated = request.headers.get(SIMULATED_HEADER) == "1"
@@ -99,7 +105,7 @@ def _start(request: Request, body: LivestreamReplyRequest | ChatCompletionReques
             )
         body = body.model_copy(update={"deadline_at": int(header)})
     prepare = svc.prepare_livestream if isinstance(body, LivestreamReplyRequest) else svc.prepare_chat
-    job = prepare(body, simulated, clock.arrival)
+    job = await prepare(body, simulated, clock.arrival)
     request.scope[JOB_KEY]["job"] = job  # for the access line
     job.deferred = True
     clock.on_sent(lambda t: svc.finish(job, t))
@@ -133,12 +139,14 @@ def create_app(
     app.state.exit_code = 0  # ENGINE_GAVE_UP_EXIT once an engine is given up
     app.state.request_exit = None  # set by the CLI: stops the server (then it exits with app.state.exit_code)
     app.state.auth_keys = config.auth.keys()
+    app.state.drain = Drain()  # begun by the CLI's server on SIGTERM (drain.py)
 
     def loop_lag() -> float:
         svc = getattr(app.state, "service", None)
         return svc.controller.loop_lag.value if svc is not None else 0.0
 
     app.add_middleware(RequestClock, lag=loop_lag)
+    app.add_middleware(DrainGate, drain=app.state.drain)  # inside AccessLog: a refused request has its line too
     app.add_middleware(AccessLog)  # outermost: the request id is on every response, the line after the last byte
     app.router.route_class = ServeRoute
     install_error_handlers(app)
@@ -166,7 +174,11 @@ def create_app(
         "/health", dependencies=[require_key], tags=["server"], responses={200: {"model": Health}, **errors(503)}
     )
     async def health(request: Request) -> dict[str, Any]:
-        """Readiness (what a load balancer checks): 503 while an engine is stalled, dead or restarting."""
+        """Readiness (what a load balancer checks): 503 while an engine is stalled, dead or restarting, and
+        (``status: draining``) from SIGTERM on, while the server finishes its requests in flight before it exits."""
+        drain: Drain = request.app.state.drain
+        if drain.draining:
+            raise drain.error()
         svc = service(request)
         request.app.state.supervision.check_ready()
         refusing = refresh_refusals(svc)
@@ -243,14 +255,34 @@ def create_app(
         "/v1/livestream/reply",
         dependencies=[require_key],
         tags=["livestream"],
-        responses={200: {"model": LivestreamReplyResponse}, **errors(400, 404, 413, 429, 503, notes=PROMPT_TOO_LONG)},
+        responses={
+            200: {
+                "model": LivestreamReplyResponse,
+                "description": "the reply, or with `stream: true` server-sent `plan`, `sentence` and `done` events "
+                "(docs/serving.md, \"Streaming for a speaking avatar\"); with `on_refusal: filler` a refusal is a 200 "
+                "with a filler line (`fallback` and `refused` true) instead of a 429",
+                "content": {
+                    "text/event-stream": event_stream(
+                        LivestreamEvent,
+                        "`event: plan|sentence|done` with `data: <LivestreamEvent JSON>`; the sentences' `text` "
+                        "joined is the `done` event's `reply`; an error after the first event is `event: error` "
+                        "with `data: <ErrorResponse JSON>`",
+                    )
+                },
+            },
+            **errors(400, 403, 404, 413, 429, 503, notes=PROMPT_TOO_LONG),
+        },
     )
     @guard
     async def livestream_reply(
         request: Request,
         body: LivestreamBody,
-    ) -> JSONResponse:
-        svc, job = _start(request, body)
+    ) -> Response:
+        svc, job = await _start(request, body)
+        if body.stream:
+            return StreamingResponse(
+                livestream_events(svc, job, body), media_type="text/event-stream", headers=SSE_HEADERS
+            )
         return await _answer(request, svc, job, lambda r: livestream_response(job, body, r))
 
     @app.post(
@@ -269,7 +301,7 @@ def create_app(
                     )
                 },
             },
-            **errors(400, 404, 413, 429, 503, notes=PROMPT_TOO_LONG),
+            **errors(400, 403, 404, 413, 429, 503, notes=PROMPT_TOO_LONG),
         },
     )
     @guard
@@ -277,7 +309,7 @@ def create_app(
         request: Request,
         body: ChatBody,
     ) -> Response:
-        svc, job = _start(request, body)
+        svc, job = await _start(request, body)
         if body.stream:
             include_usage = bool(body.stream_options and body.stream_options.include_usage)
             return StreamingResponse(
@@ -291,9 +323,9 @@ def create_app(
 
     @app.post(
         "/v1/ab/outcomes",
-        dependencies=[require_key, Depends(_require_experiment)],
+        dependencies=[require_key, require_ab_key, Depends(_require_experiment)],
         tags=["ab"],
-        responses={200: {"model": OutcomeAck}, **errors(400, 404, 409, 413, 503)},
+        responses={200: {"model": OutcomeAck}, **errors(400, 403, 404, 409, 413, 429, 503)},
     )
     @guard
     async def ab_outcome(

@@ -30,9 +30,30 @@ log = logging.getLogger(__name__)
 ENGINE_GAVE_UP_EXIT = 4  # the process's exit code once an engine's restart budget is spent
 
 
+# vLLM's loggers that report the engine core's end as an error (``EngineDeadError``: its output task is cancelled
+# when the engine is shut down), although a stop we asked for is normal
+VLLM_STOP_LOGGERS = ("vllm.v1.engine.async_llm", "vllm.v1.engine.core_client", "vllm.v1.engine.output_processor")
+STOP_SETTLE_S = 0.2  # vLLM's output tasks log their end on the event loop shortly after the shutdown returns
+
+
+class QuietEngineStop(logging.Filter):
+    """Drop vLLM's ``ERROR`` records of an ``EngineDeadError`` while the server stops its engines on purpose."""
+
+    dropped = 0
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno < logging.ERROR:
+            return True
+        exc = record.exc_info[1] if record.exc_info else None
+        dead = type(exc).__name__ == "EngineDeadError" or "EngineDeadError" in record.getMessage()
+        self.dropped += dead
+        return not dead
+
+
 async def stop_engines(engines: dict[str, Engine]) -> None:
     """Stop every engine at once (each waits for its engine core in a thread): a two-arm server exits in the time
-    of one engine's shutdown. A failing stop is logged and does not keep the others running."""
+    of one engine's shutdown. A failing stop is logged and does not keep the others running. vLLM's
+    ``EngineDeadError`` lines about the stop asked for here are not logged (``QuietEngineStop``)."""
 
     async def stop(key: str, engine: Engine) -> None:
         try:
@@ -40,7 +61,19 @@ async def stop_engines(engines: dict[str, Engine]) -> None:
         except Exception:
             log.warning("engine %s: stop failed", key, exc_info=True)
 
-    await asyncio.gather(*(stop(key, engine) for key, engine in engines.items()))
+    quiet = QuietEngineStop()
+    loggers = [logging.getLogger(name) for name in VLLM_STOP_LOGGERS]
+    for logger in loggers:
+        logger.addFilter(quiet)
+    try:
+        await asyncio.gather(*(stop(key, engine) for key, engine in engines.items()))
+        if any(getattr(e, "kind", None) == "vllm" for e in engines.values()):
+            await asyncio.sleep(STOP_SETTLE_S)
+    finally:
+        for logger in loggers:
+            logger.removeFilter(quiet)
+    quieted = f" ({quiet.dropped} EngineDeadError records of the stop not logged)" if quiet.dropped else ""
+    log.info("engines stopped: %s%s", ", ".join(engines), quieted)
 
 
 def _give_up(app: FastAPI, key: str, reason: str) -> None:
@@ -68,10 +101,10 @@ def lifespan(
             try:
                 es = await start_engines(config)
             except EngineStartError as exc:
-                log.error("%s", exc)
-                if app.state.exit_on_engine_error:  # the CLI: the reason, not a stack trace
+                if app.state.exit_on_engine_error:  # the CLI: one line with the reason, no stack trace
                     print(f"livethink serve: {exc}", file=sys.stderr, flush=True)
                     os._exit(3)
+                log.error("%s", exc)
                 raise
         else:
             for engine in es.engines.values():

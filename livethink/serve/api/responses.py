@@ -1,4 +1,4 @@
-"""Responses, built as their models (``protocol.py``): the livestream reply, OpenAI ``chat.completion`` and its SSE
+"""Responses, built as their models (``livethink.serve.protocol``): the livestream reply, OpenAI ``chat.completion`` and its SSE
 ``chat.completion.chunk``s."""
 
 from __future__ import annotations
@@ -78,6 +78,8 @@ def livestream_response(job: Job, body: LivestreamReplyRequest, r: Result) -> Li
         reasoning=r.reasoning if body.include_reasoning else None,
         tokens=tokens,
         finish_reason=r.finish_reason,
+        refused=r.refused,
+        refusal_reason=r.refusal_reason,
         **_flags(job, r),
     )
 

@@ -1,4 +1,5 @@
-"""The HTTP edge of the app: bearer auth, the body limit, and every error as the one JSON shape.
+"""The HTTP edge of the app: bearer auth (and the per-key rate limit, ``limits.py``), the body limit, and every
+error as the one JSON shape.
 
 Routes declare their bodies as pydantic models; FastAPI reads and validates them. ``ServeRoute`` comes first:
 a route's guards (auth, ...) answer before its body is read, the body is refused with 413 past
@@ -23,6 +24,7 @@ from fastapi.responses import JSONResponse, Response
 from fastapi.routing import APIRoute
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
+from livethink.serve.api.limits import ab_keys, check_key_limit
 from livethink.serve.errors import APIError, bad_request, validation_error
 
 log = logging.getLogger(__name__)
@@ -37,10 +39,14 @@ def error_response(err: APIError) -> JSONResponse:
 # -- auth ---------------------------------------------------------------------------------------------------
 def _auth_dependency(admin: bool) -> Callable[[Request], Coroutine[Any, Any, None]]:
     async def check(request: Request) -> None:
+        authenticate(request)
+        check_key_limit(request)  # a POST's per-key rate limit (limits.py), before its body is read
+
+    def authenticate(request: Request) -> None:
         keys, admin_keys = request.app.state.auth_keys
         if request.url.path in request.app.state.config.auth.public_paths:
             return
-        required = admin_keys if (admin and admin_keys) else keys | admin_keys
+        required = admin_keys if (admin and admin_keys) else keys | admin_keys | ab_keys(request)
         if not required:
             return
         scheme, _, token = request.headers.get("authorization", "").partition(" ")

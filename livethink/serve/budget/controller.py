@@ -197,6 +197,8 @@ class BudgetController:
         self.max_send_s = 0.25
         self.reply_quantile = reply_quantile
         self.replies: dict[str, ReplyLengths] = collections.defaultdict(ReplyLengths)  # by model
+        # the first sentence of streamed replies (what a streamed request's deadline bounds), by model
+        self.first_sentences: dict[str, ReplyLengths] = collections.defaultdict(ReplyLengths)
         self.trickle_s = trickle_s
         self.shared_compute = shared_compute
         self._last_probe: dict[str, float] = {}
@@ -265,6 +267,17 @@ class BudgetController:
             return None, None
         return r.quantile(0.5), r.quantile(self.reply_quantile)
 
+    def observe_first_sentence(self, model: str, tokens: int) -> None:
+        """A streamed reply's first sentence, in tokens (its thinking, if any, not counted)."""
+        self.first_sentences[model].observe(tokens)
+
+    def first_sentence_lengths(self, model: str | None, default: int) -> tuple[int, int]:
+        """(median, tail) of the model's recent first sentences; ``default`` for both before any."""
+        r = self.first_sentences.get(model) if model is not None else None
+        if r is None or not r.values:
+            return default, default
+        return r.quantile(0.5) or default, r.quantile(self.reply_quantile) or default
+
     def _may_probe(self, engine: str, q: QueueState, now: float) -> bool:
         """A request the estimates refuse may go through as a probe: a free slot and nobody waiting, and the
         estimates for its load are not to be trusted (still learning, or stale), at most once per
@@ -295,16 +308,23 @@ class BudgetController:
         min_thinking: int = 0,
         model: str | None = None,
         forced_end_tokens: int = 0,
+        first_sentence: int | None = None,
     ) -> TokenBudget | Reject:
         """``plan(deadline, queue_state)``: a token budget for the time left, or a refusal. ``min_thinking``:
         the model's thinking floor, which a probe gets (see below); ``model``: whose reply lengths count;
-        ``forced_end_tokens``: what a cut adds beyond the cap (``plan_budget``)."""
+        ``forced_end_tokens``: what a cut adds beyond the cap (``plan_budget``); ``first_sentence``: a streamed
+        reply whose deadline bounds its first sentence, planned at the model's measured first sentences (this
+        many tokens before any is measured)."""
         if self.loop_lag.sustained > self.max_loop_lag_s:  # the front end (this process) is saturated
             return Reject(max(self.policy.min_retry_after_s, self.loop_lag.sustained), "frontend_saturated")
         q = queue or self.queue_state(engine)
         t = time.monotonic() if now is None else now
         est = self.estimates(engine, q, default_service_s=remaining_s, now=t)
         typical, tail = self.reply_lengths(model)
+        planned_first: int | None = None
+        if first_sentence is not None:
+            typical, tail = self.first_sentence_lengths(model, first_sentence)
+            planned_first = tail
         plan = plan_budget(
             remaining_s,
             est,
@@ -317,6 +337,7 @@ class BudgetController:
             forced_end_tokens=forced_end_tokens,
             reply_expected=typical,
             reply_tail=tail,
+            first_sentence=planned_first,
         )
         short = isinstance(plan, TokenBudget) and plan.thinking_cap < min_thinking
         if (isinstance(plan, Reject) or short) and remaining_s > 0 and self._may_probe(engine, q, t):
@@ -325,11 +346,14 @@ class BudgetController:
             # bounds it (a probe cut there gets the fallback reply, not a guess).
             cap = self.policy.max_tokens if max_tokens is None else min(max_tokens, self.policy.max_tokens)
             reply = max(1, min(self.policy.min_reply_tokens, cap))
+            in_deadline = reply if planned_first is None else max(1, min(reply, planned_first))
             thinking = max(0, min(min_thinking, cap - reply)) if thinking_allowed else 0
             deadline = None
             if now is not None and thinking > 0:
-                deadline = now + remaining_s - self.policy.margin_s - reply * est.tpot_reply - est.switch
-            return TokenBudget(thinking, reply, deadline, probe=True)
+                deadline = now + remaining_s - self.policy.margin_s - in_deadline * est.tpot_reply - est.switch
+            # a streamed probe's reply goes on after its first sentence, paced to speech, like any streamed reply
+            rest = None if planned_first is None else (self.policy.reply_reserve if reply_reserve is None else reply_reserve)
+            return TokenBudget(thinking, reply, deadline, probe=True, reply_limit=rest)
         return plan
 
     def observe(

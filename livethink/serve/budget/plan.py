@@ -179,6 +179,7 @@ def plan_budget(
     reply_expected: int | None = None,
     reply_tail: int | None = None,
     forced_end_tokens: int = 0,
+    first_sentence: int | None = None,
 ) -> TokenBudget | Reject:
     """Turn the remaining time into a token budget, or refuse.
 
@@ -189,10 +190,16 @@ def plan_budget(
     ``reply_expected`` / ``reply_tail``: typical and tail reply lengths measured for the model (None: the
     reserve). With ``now`` (monotonic), the budget carries a thinking deadline: the time after which only the
     reply's tail (plus the margin) still fits before the deadline, timed with the pessimistic ``tpot_hi``.
+    ``first_sentence``: a streamed reply (``speech.py``), whose deadline bounds only its first sentence, planned at
+    this many tokens (``reply_expected`` / ``reply_tail`` then describe first sentences): only that part of the
+    reply must fit before the deadline, the rest of the reserve is decoded while the avatar speaks, so thinking
+    gets what the rest of the reserve would have taken.
     """
     thinking_limit = policy.max_thinking_tokens if max_thinking is None else max_thinking
     cap = policy.max_tokens if max_tokens is None else min(max_tokens, policy.max_tokens)
     min_reply = min(policy.min_reply_tokens, cap)
+    if first_sentence is not None:  # a streamed reply: its first sentence is what must fit
+        min_reply = max(1, min(min_reply, first_sentence))
     reserve = max(min_reply, policy.reply_reserve if reply_reserve is None else reply_reserve)
     n_total = token_capacity(remaining_s, est, policy.margin_s)
     if n_total < max(min_reply, 1):
@@ -200,18 +207,23 @@ def plan_budget(
         return Reject(retry_after(remaining_s, est, policy), "deadline_unreachable", needed)
     overhead = forced_end_tokens if thinking_allowed else 0
     thinking, reply = split_budget(n_total, reserve, thinking_limit, cap, thinking_allowed)
-    thinking = max(0, min(thinking, n_total - reply - overhead, cap - reply - overhead))
+    in_deadline = reply  # the reply tokens that must be decoded before the deadline
+    if first_sentence is not None:
+        reply = min(reserve, cap)  # the whole reserve, decoded while the avatar speaks
+        in_deadline = max(min_reply, min(reply, first_sentence))
+        thinking = min(thinking_limit, n_total) if thinking_allowed else 0
+    thinking = max(0, min(thinking, n_total - in_deadline - overhead, cap - reply - overhead))
     if thinking_allowed and (est.tpot_mean is not None or reply_expected is not None):
         expected = replace(est, tpot=est.tpot_mean or est.tpot, ttft=est.ttft if est.ttft_mean is None else est.ttft_mean)
         n_expected = max(n_total, token_capacity(remaining_s, expected, policy.margin_s))
-        typical = reply if reply_expected is None else max(min_reply, min(reply, reply_expected))
+        typical = in_deadline if reply_expected is None else max(min_reply, min(in_deadline, reply_expected))
         thinking = max(0, min(thinking_limit, n_expected - typical - overhead, cap - reply - overhead))
     thinking_deadline = expected_end = None
     if now is not None and thinking > 0:
-        tail = reply if reply_tail is None else max(min_reply, min(reply, reply_tail))
+        tail = in_deadline if reply_tail is None else max(min_reply, min(in_deadline, reply_tail))
         thinking_deadline = now + remaining_s - policy.margin_s - tail * est.tpot_reply - est.switch
     if now is not None:
-        typical = reply if reply_expected is None else max(1, min(reply, reply_expected))
+        typical = in_deadline if reply_expected is None else max(1, min(in_deadline, reply_expected))
         expected_end = expected_completion(now, est, thinking, typical, thinking_deadline)
     return TokenBudget(thinking, reply, thinking_deadline, expected_end=expected_end)
 

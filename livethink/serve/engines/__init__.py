@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from pathlib import Path
 
 from livethink.engines import choose_engine
 from livethink.serve.config import ServeConfig
@@ -43,6 +44,7 @@ __all__ = [
     "SamplingOptions",
     "ThinkingGuard",
     "build_engines",
+    "missing_model_paths",
     "start_engines",
 ]
 
@@ -96,8 +98,30 @@ def build_engines(config: ServeConfig, kind: str | None = None) -> EngineSet:
     return engine_set
 
 
+def missing_model_paths(config: ServeConfig) -> list[str]:
+    """``models.<name>.path: <path> does not exist`` (and ``.lora``) for each checkpoint or adapter that is not on
+    this machine: no engine can load it, so start-up stops there. A Hugging Face Hub id (``org/name``, not a
+    directory here) is left to the engine, which may download it."""
+    from livethink.run_check import is_hub_id
+
+    missing = []
+    for name, spec in config.models.items():
+        for field_name in ("path", "lora"):
+            value = getattr(spec, field_name)
+            if value is None or Path(value).expanduser().exists():
+                continue
+            if is_hub_id(value) and not Path(value).expanduser().is_absolute():
+                continue
+            missing.append(f"models.{name}.{field_name}: {value} does not exist")
+    return missing
+
+
 async def start_engines(config: ServeConfig) -> EngineSet:
-    """Build and start the engines; with ``engine.kind: auto`` a vLLM failure falls back to transformers."""
+    """Build and start the engines; with ``engine.kind: auto`` a vLLM failure falls back to transformers. A
+    model path that does not exist stops start-up at once (``missing_model_paths``): neither engine is tried."""
+    missing = missing_model_paths(config)
+    if missing:
+        raise EngineStartError(f"cannot start: {'; '.join(missing)}")
     engine_set = build_engines(config)
     try:
         for engine in engine_set.engines.values():

@@ -1,5 +1,7 @@
 """Admission: plan a job's token budget against its deadline and the queue, and refuse at once (429 +
 Retry-After) what cannot be met, or what falls below the model's thinking floor where the endpoint sheds it.
+A livestream job with ``on_refusal: filler`` is not refused with a 429: it is marked (``job.refusal_reason``)
+and answered with a filler line (``running.py``), counted as a refusal all the same.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from dataclasses import replace
 from livethink.serve.budget.controller import BudgetController, QueueState
 from livethink.serve.budget.plan import Reject, TokenBudget, retry_after
 from livethink.serve.config import ServeConfig
-from livethink.serve.errors import overloaded
+from livethink.serve.errors import APIError, overloaded
 from livethink.serve.request_path.accounting import Accounting
 from livethink.serve.request_path.jobs import Job
 from livethink.serve.request_path.quality import ThinkingFloor, below_floor_action, required_thinking
@@ -62,6 +64,7 @@ class Admission:
             min_thinking=job.min_thinking,
             model=job.reply_key,
             forced_end_tokens=forced_end,
+            first_sentence=job.first_sentence_tokens if job.stream else None,
         )
         if job.reply_fills_max_tokens and isinstance(plan, TokenBudget):
             # the reserve plans thinking; the reply may use the rest of the caller's max_tokens (OpenAI's
@@ -98,8 +101,7 @@ class Admission:
             est = self.controller.estimates(job.engine_key)
             tokens = job.min_thinking + self.config.budget.min_reply_tokens
             wait = retry_after(self.hard_cut(job) - now, est, self.controller.policy, tokens)
-            self.accounting.refused(job, "below_min_thinking")
-            raise overloaded(
+            self._refuse(job, "below_min_thinking", overloaded(
                 f"deadline_ms: {job.deadline_ms} ms leaves {plan.thinking_cap} thinking tokens at the current "
                 f"load, below the {job.min_thinking} that model {job.model!r} needs to answer reliably "
                 f"(min_thinking_tokens); retry after {wait:.1f} s",
@@ -112,19 +114,31 @@ class Admission:
                     "min_thinking_tokens": job.min_thinking,
                     "thinking_cap": plan.thinking_cap,
                 },
-            )
+            ))
+            return
         if isinstance(plan, Reject):
-            self.accounting.refused(job, plan.reason)
             why = (
                 "the server is saturated"
                 if plan.reason == "frontend_saturated"
                 else f"needs about {plan.needed_s * 1000:.0f} ms at the current load"
             )
-            raise overloaded(
+            self._refuse(job, plan.reason, overloaded(
                 f"deadline_ms: {job.deadline_ms} ms cannot be met ({why}); retry after "
                 f"{plan.retry_after_s:.1f} s",
                 plan.retry_after_s,
                 "deadline_ms",
                 {"experiment": job.choice.experiment, "arm": job.choice.arm, "reason": plan.reason},
-            )
+            ))
+            return
+        job.plan = plan
         self.controller.queues[job.engine_key].reserve(job.request_id, job.arrival + job.deadline_ms / 1000)
+
+    def _refuse(self, job: Job, reason: str, error: APIError) -> None:
+        """Refuse ``job`` for ``reason``: raise ``error`` (the 429), or with ``on_refusal: filler`` (livestream)
+        mark it for the filler line; its result then carries ``refused`` (accounting counts the refusal)."""
+        if job.endpoint == "livestream" and job.on_refusal == "filler":
+            self.metrics.rejections.labels(*job.labels, reason).inc()
+            job.refusal_reason = reason
+            return
+        self.accounting.refused(job, reason)
+        raise error

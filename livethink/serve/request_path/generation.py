@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,6 +45,14 @@ class Result:
     status: str = "ok"
     fallback_reason: str | None = None  # deadline | no_reply | below_min_thinking
     planned_ms: float | None = None  # when the plan expected the reply complete (from arrival)
+    # a streamed livestream reply (``running.py``): its first sentence (ms from arrival) and the speech stalls
+    first_sentence_ms: float | None = None
+    stalls: int = 0
+    sentences: int = 0
+    # admission refused the request and the endpoint's ``on_refusal: filler`` answered with a filler line instead
+    # of a 429 (``fallback`` too): never a correct answer, whatever records it
+    refused: bool = False
+    refusal_reason: str | None = None
 
     @property
     def reply_tokens(self) -> int:
@@ -102,16 +111,24 @@ class End:
 
 
 async def produce(
-    engine: Engine, request: GenerationRequest, budget: TokenBudget, hard: float, out: asyncio.Queue
+    engine: Engine,
+    request: GenerationRequest,
+    budget: TokenBudget,
+    hard: float,
+    out: asyncio.Queue,
+    on_timer: Callable[[asyncio.Timeout], None] | None = None,
 ) -> None:
     """Engine deltas → ``out`` until the engine finishes or the hard deadline (monotonic) passes; then abort
     what is left in the engine. Runs as its own task (one timer per request, not one per delta); always
-    ends by putting an ``End``."""
+    ends by putting an ``End``. ``on_timer`` gets the timer, for a caller that moves the hard deadline (a
+    streamed reply paced to speech)."""
     loop = asyncio.get_running_loop()
     agen = engine.generate(request, budget)
     status: Any = "deadline"
     try:
-        async with asyncio.timeout_at(loop.time() + (hard - time.monotonic())):
+        async with asyncio.timeout_at(loop.time() + (hard - time.monotonic())) as timer:
+            if on_timer is not None:
+                on_timer(timer)
             async for delta in agen:
                 out.put_nowait(delta)
                 if delta.finish_reason is not None:

@@ -5,20 +5,23 @@ format, tokenizer-rendered prompts and the tokens a forced end of thinking adds.
 
 from __future__ import annotations
 
+import asyncio
 import time
 import uuid
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from livethink.data.budget_forcing import ForcingTokens, thinking_opened
 from livethink.data.prompt import build_messages, render_prompt_ids
 from livethink.data.reasoning_format import ReasoningFormat
 from livethink.data.schema import Reference, Task
+from livethink.serve.budget.plan import TokenBudget
 from livethink.serve.config import ServeConfig
 from livethink.serve.engines.base import Engine, SamplingOptions
 from livethink.serve.errors import bad_request, not_found
 from livethink.serve.protocol import ChatCompletionRequest, LivestreamReplyRequest
 from livethink.serve.request_path.generation import Result
+from livethink.serve.request_path.prompt_length import chars_per_token, too_many_characters, too_many_tokens
 from livethink.serve.telemetry.ab_hooks import ArmChoice, ServeHooks
 from livethink.serve.telemetry.metrics import arm_label
 
@@ -51,6 +54,13 @@ class Job:
     quality_fallback: bool = False  # admitted to the fallback reply: the floor did not fit the deadline
     # the reply may use what the caller's max_tokens leaves after thinking (chat), not only the reply reserve
     reply_fills_max_tokens: bool = False
+    # a streamed livestream reply (``stream: true``): sentences paced to speech at this rate (words per second)
+    stream: bool = False
+    speech_rate_wps: float = 2.5
+    first_sentence_tokens: int | None = None  # planning default for the first sentence (streamed only)
+    on_refusal: str = "error"  # error (429) | filler (a filler line, marked refused)
+    refusal_reason: str | None = None  # admission refused it and a filler line answers (on_refusal: filler)
+    plan: TokenBudget | None = None  # the budget at admission (the engine gets the one re-planned at its slot)
 
     @property
     def labels(self) -> tuple[str, str, str]:
@@ -71,6 +81,7 @@ class JobBuilder:
     engine_keys: Mapping[str, str]  # model -> engine key
     hooks: ServeHooks
     _forcing_tokens: dict[str, ForcingTokens] = field(default_factory=dict)
+    _chars_per_token: dict[str, int | None] = field(default_factory=dict)  # model -> prompt_length.chars_per_token
 
     # -- the models ----------------------------------------------------------------------------------------
     @property
@@ -84,18 +95,36 @@ class JobBuilder:
         """The model's reasoning delimiters (resolved by its engine at start)."""
         return self.engines[self.engine_keys[model]].reasoning_format
 
-    def tokenize(self, model: str, messages: list[dict[str, str]], thinking: bool, param: str) -> list[int]:
-        """The prompt ids of ``messages`` for ``model``; a 400 naming ``param`` past ``max_prompt_tokens``."""
+    def tokenize(
+        self, model: str, messages: list[dict[str, str]], thinking: bool, param: str | None,
+        parts: Mapping[str, Sequence[str]] | None = None,
+    ) -> list[int]:  # fmt: skip
+        """The prompt ids of ``messages`` for ``model``; past ``max_prompt_tokens`` a 400 naming ``param`` (None:
+        the longest of ``parts``, request field → its texts) with each part's token count and the template's."""
         tok = self.engines[self.engine_keys[model]].tokenizer_for(model)
         ids = render_prompt_ids(tok, messages, self.reasoning_format(model), thinking)
         limit = self.config.max_prompt_tokens
         if len(ids) > limit:
-            raise bad_request(
-                f"{param}: the prompt has {len(ids)} tokens, more than this server's limit of {limit}",
-                param,
-                "context_length_exceeded",
-            )
+            raise too_many_tokens(tok, len(ids), limit, parts, param)
         return ids
+
+    async def tokenize_off_loop(
+        self, model: str, messages: list[dict[str, str]], thinking: bool, param: str | None,
+        parts: Mapping[str, Sequence[str]],
+    ) -> list[int]:  # fmt: skip
+        """``tokenize`` in a worker thread (rendering and tokenising a long prompt would hold every other request
+        on the event loop), after a count of ``parts``' characters that refuses, without tokenising, a prompt
+        that cannot fit (``prompt_length``)."""
+        if model not in self._chars_per_token:  # once per model: reads the vocabulary
+            tok = self.engines[self.engine_keys[model]].tokenizer_for(model)
+            self._chars_per_token[model] = await asyncio.to_thread(chars_per_token, tok)
+        per_token = self._chars_per_token[model]
+        if per_token is not None:
+            chars = {name: sum(len(text) for text in texts) for name, texts in parts.items()}
+            refused = too_many_characters(chars, self.config.max_prompt_tokens, per_token, param)
+            if refused is not None:
+                raise refused
+        return await asyncio.to_thread(self.tokenize, model, messages, thinking, param, parts)
 
     def forced_end_tokens(self, model: str, prompt_ids: list[int], thinking: bool) -> int:
         """Tokens a cut adds beyond the thinking cap: the forced end, less the thinking the prompt pre-filled."""
@@ -144,7 +173,9 @@ class JobBuilder:
         return deadline
 
     # -- the two endpoints ---------------------------------------------------------------------------------
-    def livestream(self, body: LivestreamReplyRequest, simulated: bool = False, arrival: float | None = None) -> Job:
+    async def livestream(
+        self, body: LivestreamReplyRequest, simulated: bool = False, arrival: float | None = None
+    ) -> Job:
         """``arrival``: when the request reached the server (monotonic); the deadline counts from there."""
         arrival = arrival or time.monotonic()
         choice = self._choose(body.viewer_id, body.arm)
@@ -162,12 +193,14 @@ class JobBuilder:
             difficulty=1,
         )
         thinking = choice.thinking_budget != 0 and self.reasoning_format(model).thinks
-        ids = self.tokenize(model, build_messages(task), thinking, "product_docs")
+        parts = {"question": [body.question], "product_docs": [d.text for d in body.product_docs],
+                 "history": [t.content for t in body.history]}  # fmt: skip
+        ids = await self.tokenize_off_loop(model, build_messages(task), thinking, None, parts)
         s = self.config.sampling
+        ep = self.config.endpoints.livestream
         temperature = s.temperature if body.temperature is None else body.temperature
-        sampling = SamplingOptions(
-            temperature, s.top_p, body.seed, stream_interval=self.config.endpoints.livestream.stream_interval
-        )
+        interval = ep.streamed_interval if body.stream else ep.stream_interval
+        sampling = SamplingOptions(temperature, s.top_p, body.seed, stream_interval=interval)
         return Job(
             rid,
             "livestream",
@@ -184,9 +217,13 @@ class JobBuilder:
             max_thinking=choice.thinking_budget,
             reply_reserve=choice.reply_reserve,
             simulated=simulated,
+            stream=body.stream,
+            speech_rate_wps=body.speech_rate_wps or ep.speech_rate_wps,
+            first_sentence_tokens=ep.first_sentence_tokens if body.stream else None,
+            on_refusal=body.on_refusal or ep.on_refusal,
         )
 
-    def chat(self, body: ChatCompletionRequest, simulated: bool = False, arrival: float | None = None) -> Job:
+    async def chat(self, body: ChatCompletionRequest, simulated: bool = False, arrival: float | None = None) -> Job:
         arrival = arrival or time.monotonic()
         viewer = body.viewer_id or body.user
         choice = self._choose(viewer, body.arm) if (body.model == AUTO_MODEL or body.arm) else ArmChoice()
@@ -202,7 +239,8 @@ class JobBuilder:
         max_thinking = min(caps) if caps else None
         enable = body.chat_template_kwargs.enable_thinking if body.chat_template_kwargs else True
         thinking = enable and max_thinking != 0 and self.reasoning_format(model).thinks
-        ids = self.tokenize(model, messages, thinking, "messages")
+        parts = {f"messages.{i}": [m["content"]] for i, m in enumerate(messages)}
+        ids = await self.tokenize_off_loop(model, messages, thinking, "messages", parts)
         limits = [c for c in (body.max_completion_tokens, body.max_tokens, choice.max_tokens) if c is not None]
         limit = min(limits) if limits else None
         reserve = choice.reply_reserve

@@ -5,6 +5,13 @@ text starts inside the reasoning; everything after the reasoning end (``</think>
 think (format ``none``) produces only reply. Tags may arrive split across deltas, so a
 possible tag prefix at the end of a delta is held back until the next one. The final, non-streamed split
 uses ``livethink.rewards.parse.parse_completion`` (same rules as the rewards).
+
+What a sentence is, is decided in one place (``sentence_ends``) for both uses: the usable part of a reply cut at
+the deadline (``usable_reply``) and the sentences a streamed reply sends as they are decoded (``SentenceStream``).
+While text may still grow, a sentence end must be followed by whitespace (``$39.`` may become ``$39.50``); once it
+is final (a cut or the end of generation), the end of the text counts too. Every streaming end is a final end of
+the longer text, so the sentences streamed before a cut are a prefix of its usable reply: nothing sent is ever
+retracted, and at a cut the reply is exactly the sentences sent (``SentenceStream.finish``).
 """
 
 from __future__ import annotations
@@ -16,7 +23,15 @@ from typing import Literal
 from livethink.data.reasoning_format import THINK, ReasoningFormat
 
 Phase = Literal["reasoning", "reply"]
-_SENTENCE_END = re.compile(r"[.!?](?=\s|$)")
+_SENTENCE_END = re.compile(r"[.!?](?=\s|$)")  # final text: a stop before whitespace or the end
+_SENTENCE_END_GROWING = re.compile(r"[.!?](?=\s)")  # text that may still grow: a stop before whitespace
+
+
+def sentence_ends(text: str, final: bool) -> list[int]:
+    """Offsets just after each sentence end (``.``, ``!``, ``?``) of ``text``: followed by whitespace, or also by
+    the end of the text when it is ``final`` (no more will come). The one rule of what a sentence is."""
+    pattern = _SENTENCE_END if final else _SENTENCE_END_GROWING
+    return [m.end() for m in pattern.finditer(text)]
 
 
 def _partial_suffix(text: str, tag: str) -> int:
@@ -93,5 +108,52 @@ def usable_reply(reply: str, complete: bool) -> str:
     reply = reply.strip()
     if complete or not reply:
         return reply
-    ends = [m.end() for m in _SENTENCE_END.finditer(reply)]
+    ends = sentence_ends(reply, final=True)
     return reply[: ends[-1]].strip() if ends else ""
+
+
+@dataclass
+class SentenceStream:
+    """A reply's complete sentences as it is decoded (``feed`` the reply's text pieces), then the rest of its
+    usable part (``finish``). Each sentence is the exact slice of the reply (with the whitespace before it), so
+    the sentences joined are the reply; a think block opened inside the reply ends it (as in the final reply).
+    """
+
+    stop: str = THINK.start  # text from here on is not reply (the reasoning start: a second think block)
+    text: str = ""  # the reply so far (left-stripped, up to ``stop``)
+    sent: int = 0  # characters of ``text`` sent as sentences
+    _stopped: bool = field(default=False, init=False)
+
+    @property
+    def spoken(self) -> str:
+        """The sentences sent so far, joined: the reply the avatar has."""
+        return self.text[: self.sent]
+
+    def feed(self, piece: str) -> list[str]:
+        """The sentences ``piece`` completes (none while the last one may still grow)."""
+        if self._stopped:
+            return []
+        text = (self.text + piece).lstrip()
+        if self.stop and self.stop in text:
+            text, self._stopped = text[: text.index(self.stop)], True
+        self.text = text
+        return self._take(sentence_ends(text, final=self._stopped))
+
+    def finish(self, complete: bool) -> list[str]:
+        """Generation is over (``complete``: it ended by itself, not at a cut): the rest of the usable reply
+        (``usable_reply``), as sentences. Afterwards ``spoken`` is the usable reply."""
+        usable = usable_reply(self.text, complete or self._stopped)
+        assert usable.startswith(self.spoken.strip()), "a sent sentence would be retracted"
+        ends = [e for e in sentence_ends(usable, final=True) if e > self.sent]
+        if len(usable) > self.sent and (not ends or ends[-1] < len(usable)):
+            ends.append(len(usable))  # a complete reply's last words without a stop are spoken too
+        self.text = usable
+        return self._take(ends)
+
+    def _take(self, ends: list[int]) -> list[str]:
+        out = []
+        for end in ends:
+            if end > self.sent and self.text[self.sent : end].strip():
+                out.append(self.text[self.sent : end])
+                self.sent = end
+        return out

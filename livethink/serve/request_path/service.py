@@ -70,13 +70,17 @@ class Service:
         )
 
     # -- the request path ----------------------------------------------------------------------------------
-    def prepare_livestream(
+    async def prepare_livestream(
         self, body: LivestreamReplyRequest, simulated: bool = False, arrival: float | None = None
     ) -> Job:
-        return self.jobs.livestream(body, simulated, arrival)
+        """The request's job (or a 400/404); its prompt is rendered and tokenised in a worker thread."""
+        return await self.jobs.livestream(body, simulated, arrival)
 
-    def prepare_chat(self, body: ChatCompletionRequest, simulated: bool = False, arrival: float | None = None) -> Job:
-        return self.jobs.chat(body, simulated, arrival)
+    async def prepare_chat(
+        self, body: ChatCompletionRequest, simulated: bool = False, arrival: float | None = None
+    ) -> Job:
+        """The request's job (or a 400/404); its prompt is rendered and tokenised in a worker thread."""
+        return await self.jobs.chat(body, simulated, arrival)
 
     def admit(self, job: Job) -> None:
         self.admission.admit(job)
@@ -102,7 +106,8 @@ class Service:
         return self.jobs.reasoning_format(model)
 
     def tokenize(self, model: str, messages: list[dict[str, str]], thinking: bool, param: str) -> list[int]:
-        """The prompt ids the server sends ``model`` for ``messages`` (a 400 past ``max_prompt_tokens``)."""
+        """The prompt ids the server sends ``model`` for ``messages`` (a 400 past ``max_prompt_tokens``), on the
+        calling thread (the request path tokenises in a worker thread: ``JobBuilder.tokenize_off_loop``)."""
         return self.jobs.tokenize(model, messages, thinking, param)
 
     def below_floor_report(self) -> dict[str, dict[str, dict[str, str]]]:

@@ -1,17 +1,29 @@
 """Prometheus metrics of the server (one registry per app), labelled by endpoint, arm and model.
 
-``arm`` is ``none`` for requests outside any experiment. Deadline hit rate =
-``livethink_deadline_met_total / livethink_deadline_total`` (also exported directly as a gauge over the last
-``window`` replies per arm and model).
+``arm`` is ``none`` for requests outside any experiment. Everything a dashboard sums across replicas is a
+counter: the deadline hit rate is ``sum(rate(livethink_deadline_met_total)) / sum(rate(livethink_deadline_total))``
+and the refused share ``sum(rate(livethink_rejections_total)) / sum(rate(livethink_requests_total))``. The gauges
+``livethink_deadline_hit_rate`` (met / replies since start, per arm and model, from those counters) and
+``livethink_refused_share`` (the ``/health`` refusal window of this process) are one replica's view: never average
+them across replicas. The registry also carries prometheus-client's ``process_*``, ``python_info`` and
+``python_gc_*`` collectors. ``deploy/grafana/livethink.json`` is a dashboard over these.
 """
 
 from __future__ import annotations
 
-import collections
 import functools
 from collections.abc import Callable
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    GCCollector,
+    Histogram,
+    PlatformCollector,
+    ProcessCollector,
+    generate_latest,
+)
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 LATENCY_BUCKETS = (
@@ -45,8 +57,11 @@ def arm_label(arm: str | None) -> str:
 
 
 class ServeMetrics:
-    def __init__(self, window: int = 1000):
+    def __init__(self) -> None:
         r = self.registry = CollectorRegistry(auto_describe=True)
+        ProcessCollector(registry=r)  # process_cpu_seconds_total, process_resident_memory_bytes, ...
+        PlatformCollector(registry=r)  # python_info
+        GCCollector(registry=r)  # python_gc_{objects_collected,collections,objects_uncollectable}_total
         counter, gauge = functools.partial(Counter, registry=r), functools.partial(Gauge, registry=r)
         latency = functools.partial(Histogram, labelnames=LABELS, buckets=LATENCY_BUCKETS, registry=r)
         by = functools.partial(Counter, registry=r, labelnames=LABELS)  # by endpoint, arm and model
@@ -68,7 +83,9 @@ class ServeMetrics:
         self.deadline = by("livethink_deadline", "Replies with a deadline")
         self.deadline_met = by("livethink_deadline_met", "Replies sent within their deadline")
         self.deadline_hit_rate = gauge(
-            "livethink_deadline_hit_rate", "Share of the last replies within the deadline", ("arm", "model")
+            "livethink_deadline_hit_rate",
+            "Replies within the deadline / replies since start (this process; aggregate the counters instead)",
+            ("arm", "model"),
         )
         self.forced_end = by("livethink_forced_end_of_thinking", "Replies whose thinking was cut by the budget")
         self.fallbacks = by("livethink_fallbacks", "Replies replaced by the fallback at the hard deadline")
@@ -99,7 +116,8 @@ class ServeMetrics:
         )
         self.refused_share = gauge(
             "livethink_refused_share",
-            "Share of requests refused with 429 over the refusal window (budget.refusal_window_s)",
+            "Share of requests refused with 429 over this process's refusal window (budget.refusal_window_s; "
+            "aggregate livethink_rejections_total / livethink_requests_total instead)",
         )
         self.refusing_while_idle = gauge(
             "livethink_refusing_while_idle",
@@ -112,16 +130,24 @@ class ServeMetrics:
             ("engine", "reason"),
         )
         self.ab_errors = counter("livethink_ab_log_errors", "A/B events that could not be logged", ("kind",))
-        self._window = window
-        self._recent: dict[tuple[str, str], collections.deque[bool]] = {}
+        # streamed livestream replies, paced to speech
+        self.first_sentence = latency(
+            "livethink_first_sentence_seconds", "Arrival to the first sentence event of a streamed reply"
+        )
+        self.speech_stalls = by(
+            "livethink_speech_stalls",
+            "Sentences of streamed replies that came after the avatar had finished speaking the ones before",
+        )
+        self._hits: dict[tuple[str, str], list[int]] = {}  # (arm, model) -> [met, replies], as the counters
 
     def record_deadline(self, endpoint: str, arm: str, model: str, met: bool) -> None:
         self.deadline.labels(endpoint, arm, model).inc()
         if met:
             self.deadline_met.labels(endpoint, arm, model).inc()
-        recent = self._recent.setdefault((arm, model), collections.deque(maxlen=self._window))
-        recent.append(met)
-        self.deadline_hit_rate.labels(arm, model).set(sum(recent) / len(recent))
+        hits = self._hits.setdefault((arm, model), [0, 0])
+        hits[0] += int(met)
+        hits[1] += 1
+        self.deadline_hit_rate.labels(arm, model).set(hits[0] / hits[1])
 
     def render(self, refresh: Callable[[], None] | None = None) -> bytes:
         """The exposition text; ``refresh`` first updates gauges computed on demand."""

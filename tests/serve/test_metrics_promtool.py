@@ -1,0 +1,99 @@
+"""The server's /metrics: Prometheus' own linter (``promtool check metrics``, Debian's ``prometheus`` package,
+``make promtool``) passes on it; it carries the process and Python collectors; the ratios a dashboard sums are
+counters; every metric the Grafana dashboard (``deploy/grafana/livethink.json``) and the HPA query exists."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+
+import httpx
+import pytest
+import yaml
+from prometheus_client.parser import text_string_to_metric_families
+
+from livethink.serve.api.app import create_app
+from tests.support.serve import (
+    LIVE_BODY,
+    ROOT,
+    ServerThread,
+    SlowEngine,
+    engine_set,
+    load_tokenizer,
+    make_config,
+    tiny_student_dir,
+)
+
+pytestmark = pytest.mark.timeout(120)
+DASHBOARD = ROOT / "deploy" / "grafana" / "livethink.json"
+SUFFIXES = ("", "_total", "_bucket", "_count", "_sum", "_created")
+PROMQL_WORDS = {"sum", "rate", "increase", "by", "max", "min", "avg", "le", "histogram_quantile", "without", "on"}
+
+
+@pytest.fixture(scope="module")
+def metrics_text():
+    engine = SlowEngine(load_tokenizer(tiny_student_dir()), think_words=2, token_s=0.001)
+    server = ServerThread(create_app(make_config(tiny_student_dir()), engine_set(engine, 4)))
+    try:
+        with httpx.Client(timeout=10) as client:
+            assert client.post(f"{server.url}/v1/livestream/reply", json=LIVE_BODY).status_code == 200
+            yield client.get(f"{server.url}/metrics").text
+    finally:
+        server.close()
+
+
+def _names(text: str) -> set[str]:
+    """Every metric family name and sample name in an exposition text."""
+    out = set()
+    for family in text_string_to_metric_families(text):
+        out.add(family.name)
+        out.update(s.name for s in family.samples)
+    return out
+
+
+def _exists(name: str, names: set[str]) -> bool:
+    return any(name == n + sfx for n in names for sfx in SUFFIXES)
+
+
+def test_promtool_check_metrics_passes(metrics_text):
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool not found: install Debian's prometheus package (`make promtool`)"
+    r = subprocess.run([promtool, "check", "metrics"], input=metrics_text, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
+def test_process_and_python_collectors_and_counters(metrics_text):
+    names = _names(metrics_text)
+    for name in ("process_cpu_seconds_total", "process_resident_memory_bytes", "process_open_fds", "python_info",
+                 "python_gc_collections_total"):  # fmt: skip
+        assert name in names, name
+    # what a dashboard sums across replicas is a counter; the ratio gauges are derived from them
+    types = {f.name: f.type for f in text_string_to_metric_families(metrics_text)}
+    for counter in ("livethink_deadline_met", "livethink_deadline", "livethink_rejections", "livethink_requests"):
+        assert types[counter] == "counter", counter
+    assert 'livethink_deadline_hit_rate{arm="none",model="rft"} 1.0' in metrics_text  # 1 met of 1 reply
+
+
+def _dashboard_metrics() -> set[str]:
+    dash = json.loads(DASHBOARD.read_text())
+    exprs = [t["expr"] for p in dash["panels"] for t in p["targets"]]
+    assert exprs, "the dashboard queries nothing"
+    found = set()
+    for expr in exprs:
+        expr = re.sub(r"\{[^}]*\}|\[[^]]*\]|\"[^\"]*\"", "", expr)  # label matchers, ranges, strings
+        expr = re.sub(r"\b(by|without|on)\s*\([^)]*\)", "", expr)  # grouping labels
+        found.update(w for w in re.findall(r"[a-zA-Z_:][a-zA-Z0-9_:]*", expr) if w not in PROMQL_WORDS)
+    return found
+
+
+def test_every_metric_the_dashboard_and_the_hpa_query_exists(metrics_text):
+    names = _names(metrics_text)
+    wanted = _dashboard_metrics()
+    assert {"livethink_deadline_met_total", "livethink_rejections_total", "livethink_deadline_used_ratio_bucket",
+            "livethink_engine_up", "livethink_queued"} <= wanted  # goodput, refusals, deadline use, engines, queue
+    hpa = yaml.safe_load((ROOT / "deploy" / "k8s" / "hpa.yaml").read_text())
+    wanted |= {m["pods"]["metric"]["name"] for m in hpa["spec"]["metrics"] if m["type"] == "Pods"}
+    missing = sorted(n for n in wanted if not _exists(n, names))
+    assert not missing, f"queried but not in /metrics: {missing}"
