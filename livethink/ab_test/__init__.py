@@ -3,6 +3,7 @@ statistics (z / Welch / SRM / mSPRT / CUPED), reports and a traffic simulator.
 
 Modules: ``experiment`` (YAML → Experiment), ``assignment`` (hashing, bucket ranges), ``events`` (schemas),
 ``store`` (SQLite/PostgreSQL log), ``writer`` (group commit), ``stats`` (pure statistics), ``analysis``,
+``phases`` (a weight change starts a phase; SRM per phase),
 ``report``, ``simulate``, ``serving`` (the types the server programs against), ``hooks`` (what the server
 calls), ``cli``. Names below are imported lazily.
 """
@@ -18,6 +19,7 @@ _MODULES = {
     "store": ("EventStore", "Ack"),
     "writer": ("BatchWriter",),
     "analysis": ("analyze",),
+    "phases": ("phases_of", "srm_by_phase"),
     "report": ("write_report",),
     "simulate": ("simulate_offline", "simulate_http"),
     "serving": ("SIMULATED_HEADER", "ArmSettings", "ResponseRecord", "ExperimentHooksProtocol"),

@@ -16,12 +16,25 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
+from statsmodels.stats.proportion import proportion_confint
 
 from livethink.ab_test import stats
-from livethink.ab_test.columns import RawData, load, pre_period_covariates, response_values, viewer_metrics
+from livethink.ab_test.columns import (
+    STATUSES,
+    RawData,
+    cohort,
+    load,
+    outcome_metrics,
+    pre_period_covariates,
+    response_values,
+    unit_level,
+    viewer_metrics,
+)
 from livethink.ab_test.comparisons import arm_series, compare, comparison_entry, sequential
+from livethink.ab_test.errors import UnknownExperimentError
 from livethink.ab_test.experiment import Experiment
-from livethink.ab_test.metrics import METRICS, RESPONSE_METRICS, VIEWER_METRICS
+from livethink.ab_test.metrics import METRICS, RESPONSE_METRICS
+from livethink.ab_test.phases import Phase, combined_srm, phases_of, srm_by_phase, stratified
 from livethink.ab_test.store import EventStore
 from livethink.ab_test.verdict import guardrails, verdict
 
@@ -74,22 +87,34 @@ class ViewerPanel:
     values: dict[str, np.ndarray]
     covariates: dict[str, np.ndarray]  # CUPED's pre-period value per metric
 
+    exp: Experiment | None = None
+    groups: np.ndarray | None = None  # each viewer's randomisation unit (session, stream); None: the viewer
+
     @classmethod
-    def of(cls, data: RawData, lookback_days: float) -> ViewerPanel:
+    def of(cls, data: RawData, lookback_days: float, exp: Experiment | None = None) -> ViewerPanel:
         single = ~data.viewer_multi
-        values = {m: v[single] for m, v in viewer_metrics(data).items()}
+        values = {m: v[single] for m, v in _all_viewer_metrics(data, exp).items()}
         covariates = {m: v[single] for m, v in pre_period_covariates(data, lookback_days).items()}
-        return cls(data.viewer_arm[single], data.viewer_first_ts[single], values, covariates)
+        groups = None if data.viewer_unit is None else data.viewer_unit[single].astype(str)
+        return cls(data.viewer_arm[single], data.viewer_first_ts[single], values, covariates, exp, groups)
 
     def at(self, data: RawData, until: float) -> dict[str, np.ndarray]:
         """The values counting outcomes up to ``until`` (a checkpoint)."""
-        return {m: v[~data.viewer_multi] for m, v in viewer_metrics(data, until=until).items()}
+        return {m: v[~data.viewer_multi] for m, v in _all_viewer_metrics(data, self.exp, until).items()}
+
+
+def _all_viewer_metrics(data: RawData, exp: Experiment | None, until: float = math.inf) -> dict[str, np.ndarray]:
+    out = viewer_metrics(data, until=until)
+    if exp is not None and exp.outcomes:
+        out.update(outcome_metrics(data, exp, until=until))
+    return out
 
 
 def arm_statistics(exp: Experiment, data: RawData, panel: ViewerPanel) -> dict[str, dict[str, Any]]:
     """Per arm: weight, variant, counts, the mean of each viewer metric, and each response metric (mean for
     a rate, percentiles for a continuous one)."""
     out: dict[str, dict[str, Any]] = {}
+    unit_arm, _ = unit_level(data)
     for i, arm in enumerate(exp.arms):
         in_arm = panel.arm == i
         r_in = data.resp["arm"] == i
@@ -100,14 +125,29 @@ def arm_statistics(exp: Experiment, data: RawData, panel: ViewerPanel) -> dict[s
             "analysed_viewers": int(in_arm.sum()),
             "exposures": int(data.exposures_per_arm[i]),
             "responses": int(r_in.sum()),
+            "units": int((unit_arm == i).sum()),  # randomisation units: viewers, sessions or streams
         }
-        for m in VIEWER_METRICS:
-            entry[m] = float(panel.values[m][in_arm].mean()) if in_arm.any() else None
+        status = np.bincount(data.resp["status"][r_in], minlength=len(STATUSES))
+        entry.update({s: int(status[k]) for k, s in enumerate(STATUSES)})
+        for m in exp.viewer_metrics:
+            entry[m] = _rate(panel.values[m][in_arm])
         for m in RESPONSE_METRICS:
             v = response_values(data, m)[r_in]
             entry[m] = _percentiles(v) if METRICS[m].kind == "continuous" else _rate(v)
+        good = int(np.nansum(response_values(data, "goodput")[r_in]))
+        entry["good"] = good
+        entry["goodput_ci"] = goodput_interval(good, int(r_in.sum()), exp.alpha)
         out[arm.name] = entry
     return out
+
+
+def goodput_interval(good: int, sent: int, alpha: float = 0.05) -> list[float] | None:
+    """Wilson score interval of an arm's goodput (good replies of the requests sent), statsmodels
+    ``proportion_confint(method="wilson")``; None before any request."""
+    if sent == 0:
+        return None
+    lo, hi = proportion_confint(good, sent, alpha=alpha, method="wilson")
+    return [float(lo), float(hi)]
 
 
 def _rate(v: np.ndarray) -> float | None:
@@ -122,6 +162,41 @@ def srm_check(exp: Experiment, viewers_per_arm: list[int]) -> dict[str, Any]:
         [viewers_per_arm[i] for i in positive], [exp.arms[i].weight for i in positive], exp.srm_threshold
     )
     return srm.to_dict() | {"arms": [exp.arms[i].name for i in positive]}
+
+
+def phase_analysis(
+    exp: Experiment, data: RawData, phases: list[Phase], use_cuped: bool
+) -> tuple[dict[str, Any], list[dict[str, Any]], dict[str, Any]]:
+    """SRM per phase (each against its own weights) and combined; the primary metric's test per phase and the
+    phase-stratified pooled effect of each treatment (only when no phase is flagged)."""
+    unit_arm, unit_first = unit_level(data)  # SRM counts randomisation units (viewers, sessions or streams)
+    per_phase = srm_by_phase(phases, unit_arm, unit_first, len(exp.arms), exp.srm_threshold)
+    srm = combined_srm(per_phase, exp.srm_threshold) | {"arms": list(exp.arm_names)}
+    arms = exp.arm_names
+    ci = arms.index(exp.control_arm)
+    pooled: dict[str, Any] = {"metric": exp.primary_metric, "valid": not srm["flagged"], "arms": {}}
+    if srm["flagged"]:
+        pooled["reason"] = f"SRM in phase(s) {srm['flagged_phases']}: phases are not pooled"
+    for ph, entry in zip(phases, per_phase, strict=True):
+        part = cohort(data, ph.start, ph.end)
+        panel = ViewerPanel.of(part, exp.cuped.lookback_days, exp)
+        entry["tests"] = {}
+        for ti in range(len(arms)):
+            if ti == ci or ph.weights[ti] <= 0 or ph.weights[ci] <= 0:
+                continue
+            m = exp.primary_metric
+            x = panel.covariates.get(m) if use_cuped else None
+            res, _, v = compare(m, panel.values[m], panel.arm, ci, ti, exp.alpha, x, panel.groups)
+            if res is not None:
+                entry["tests"][arms[ti]] = {"diff": res.diff, "var": v, "lift": res.lift, "p_value": res.p_value,
+                                            "n_control": res.n_control, "n_treatment": res.n_treatment}  # fmt: skip
+    for ti in range(len(arms)):
+        if ti == ci:
+            continue
+        rows = [e["tests"][arms[ti]] for e in per_phase if arms[ti] in e["tests"]]
+        est = stratified([r["diff"] for r in rows], [r["var"] for r in rows], exp.alpha) if rows else None
+        pooled["arms"][arms[ti]] = est if pooled["valid"] else None
+    return srm, per_phase, pooled
 
 
 def checkpoint_times(data: RawData, n: int) -> list[float]:
@@ -146,20 +221,28 @@ def compare_arms(
     comparisons: list[dict[str, Any]] = []
     timeseries: dict[str, Any] = {"metric": exp.primary_metric, "checkpoints": cps, "arms": {}, "lift": {}}
     for ti in treatments:
-        for m in VIEWER_METRICS:
-            x = panel.covariates[m] if use_cuped else None
-            res, cinfo, _ = compare(m, panel.values[m], panel.arm, ci, ti, exp.alpha, x)
+        for m in exp.viewer_metrics:
+            x = panel.covariates.get(m) if use_cuped else None
+            res, cinfo, _ = compare(m, panel.values[m], panel.arm, ci, ti, exp.alpha, x, panel.groups)
             if res is None:
                 continue
-            seq = sequential(exp, cp_values, panel.first_ts, panel.arm, x, m, ci, ti, cps)
+            seq = sequential(exp, cp_values, panel.first_ts, panel.arm, x, m, ci, ti, cps, panel.groups)
             series = seq.pop("series")
             if m == exp.primary_metric:
                 timeseries["lift"][arms[ti]] = series
             comparisons.append(comparison_entry(exp, m, "viewer", arms, ci, ti, res, cinfo, seq, alpha_adj))
         for m in RESPONSE_METRICS:
-            res, _, _ = compare(m, response_values(data, m), data.resp["arm"], ci, ti, exp.alpha)
-            if res is not None:
-                comparisons.append(comparison_entry(exp, m, "response", arms, ci, ti, res, None, None, alpha_adj))
+            values = response_values(data, m)
+            res, _, _ = compare(m, values, data.resp["arm"], ci, ti, exp.alpha)
+            if res is None:
+                continue
+            seq = None
+            if exp.sequential.enabled and m in exp.guardrails and cps:  # sequential guardrails: safe to watch
+                looks = [*cps[:-1], math.inf]  # the last look takes every reply, even one after the last outcome
+                seq = sequential(exp, [{m: values}] * len(looks), data.resp["ts"], data.resp["arm"], None, m, ci,
+                                 ti, looks)  # fmt: skip
+                seq.pop("series")
+            comparisons.append(comparison_entry(exp, m, "response", arms, ci, ti, res, None, seq, alpha_adj))
     for i, name in enumerate(arms):
         timeseries["arms"][name] = arm_series(cp_values, panel.first_ts, panel.arm, exp.primary_metric, i, cps,
                                               exp.alpha)  # fmt: skip
@@ -189,12 +272,21 @@ def analyze(
 ) -> Analysis:
     """Analyse one experiment (a registered name or an ``Experiment``); ``cuped`` overrides the config."""
     exp = store.experiment(experiment) if isinstance(experiment, str) else experiment
+    try:
+        versions = store.experiment_versions(exp.name)
+    except UnknownExperimentError:
+        versions = []
+    phases = phases_of(versions, exp)
     data = load(store, exp)
     use_cuped = exp.cuped.enabled if cuped is None else cuped
-    panel = ViewerPanel.of(data, exp.cuped.lookback_days)
+    panel = ViewerPanel.of(data, exp.cuped.lookback_days, exp)
     arms = arm_statistics(exp, data, panel)
-    cps = checkpoint_times(data, checkpoints)
-    comparisons, timeseries = compare_arms(exp, data, panel, cps, use_cuped)
+    srm, per_phase, pooled = phase_analysis(exp, data, phases, use_cuped)
+    # the tests and the verdict: the current phase's randomised cohort (all data when there is one phase)
+    current = data if len(phases) == 1 else cohort(data, phases[-1].start, phases[-1].end)
+    cur_panel = panel if current is data else ViewerPanel.of(current, exp.cuped.lookback_days, exp)
+    cps = checkpoint_times(current, checkpoints)
+    comparisons, timeseries = compare_arms(exp, current, cur_panel, cps, use_cuped)
     summary = {
         "experiment": exp.name,
         "config_digest": exp.digest(),
@@ -204,12 +296,22 @@ def analyze(
         "alpha": exp.alpha,
         "sequential": exp.sequential.enabled,
         "cuped": use_cuped,
+        "unit": exp.unit,
+        # one regime per view: the live view decides with always-valid p-values and intervals (safe to watch
+        # continuously); the fixed-horizon numbers are for the end-of-test report only
+        "regime": {"live": "always-valid (mSPRT)" if exp.sequential.enabled else "fixed-horizon",
+                   "fixed_horizon": "end-of-test report only" if exp.sequential.enabled else "live"},  # fmt: skip
         "data": data_summary(data, cps),
         "arms": arms,
-        "srm": srm_check(exp, [a["viewers"] for a in arms.values()]),
+        "srm": srm,
+        "phase": {"current": phases[-1].index, "count": len(phases), "tests_on": "current phase"
+                  if len(phases) > 1 else "all viewers"},  # fmt: skip
+        "phases": per_phase,
+        "pooled": pooled,
         "comparisons": comparisons,
         "guardrails": guardrails(exp, comparisons),
         "timeseries": timeseries,
     }
     summary["verdict"] = verdict(exp, summary)
-    return Analysis(_clean(summary), panel.values, panel.arm, dict(data.resp))
+    responses = dict(data.resp) | {"latency_ms": response_values(data, "latency_ms")}  # answered replies only
+    return Analysis(_clean(summary), panel.values, panel.arm, responses)

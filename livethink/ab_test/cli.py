@@ -109,6 +109,10 @@ def _assign(args: argparse.Namespace) -> int:
     return 0
 
 
+def _pct(x: float | None) -> str:
+    return "–" if x is None else f"{x:.1%}"
+
+
 def _analyze(args: argparse.Namespace) -> int:
     from livethink.ab_test.analysis import analyze
 
@@ -123,9 +127,13 @@ def _analyze(args: argparse.Namespace) -> int:
         + (" (SIMULATED)" if s["data"]["simulated"] else "")
     )
     for name, a in s["arms"].items():
-        v = a[primary]
-        print(f"  {name:>12}: viewers {a['viewers']:>8}  {primary} {'–' if v is None else f'{v:.4g}'}")
-    print(f"  SRM p={s['srm']['p_value']:.3g}{'  (FLAGGED)' if s['srm']['flagged'] else ''}")
+        v, lat, ci = a[primary], a["latency_ms"]["p50"], a["goodput_ci"]
+        print(f"  {name:>12}: viewers {a['viewers']:>8}  {primary} {'–' if v is None else f'{v:.4g}'}  "
+              f"requests {a['responses']}: goodput {_pct(a['goodput'])} {f'[{_pct(ci[0])}, {_pct(ci[1])}]' if ci else ''}"
+              f", refused {_pct(a['refusal_rate'])}, fallback {_pct(a['fallback_rate'])}, errors {_pct(a['error_rate'])}"
+              f"; latency p50 (answered) {'–' if lat is None else f'{lat:.0f} ms'}")  # fmt: skip
+    print(f"  SRM p={s['srm']['p_value']:.3g}{'  (FLAGGED)' if s['srm']['flagged'] else ''}"
+          + (f" over {len(s['phases'])} phases (each against its weights)" if len(s["phases"]) > 1 else ""))
     print(f"verdict: {s['verdict']['line']}")
     return 0
 

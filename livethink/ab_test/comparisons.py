@@ -22,12 +22,26 @@ def compare(
     ti: int,
     alpha: float,
     x: np.ndarray | None = None,
+    groups: np.ndarray | None = None,
 ) -> tuple[stats.TestResult | None, dict | None, float]:
-    """Test treatment ti vs control ci on values y (NaN = not measured). Returns (result, cuped info, V)."""
+    """Test treatment ti vs control ci on values y (NaN = not measured). Returns (result, cuped info, V).
+    ``groups``: each unit's cluster (its session or stream) when the randomisation unit is a cluster: the test
+    is then cluster-robust (``stats.cluster_ztest``), after CUPED when ``x`` is given."""
     keep = ~np.isnan(y)
     yc, yt = y[keep & (arm == ci)], y[keep & (arm == ti)]
     if len(yc) < 2 or len(yt) < 2:
         return None, None, math.nan
+    if groups is not None:
+        info = None
+        if x is not None:
+            sel = keep & ((arm == ci) | (arm == ti))
+            theta = stats.cuped_theta(y[sel], x[sel])
+            y = stats.cuped_adjust(y, x, theta, float(x[sel].mean()))
+            info = {"theta": theta, "variance_reduction": None}
+        mc, mt = keep & (arm == ci), keep & (arm == ti)
+        res = stats.cluster_ztest(y[mc], groups[mc], y[mt], groups[mt], alpha)
+        se = (res.ci[1] - res.diff) / stats.z_crit(alpha)
+        return res, info, se * se
     cuped = None
     if x is not None:
         sel = keep & ((arm == ci) | (arm == ti))
@@ -40,7 +54,7 @@ def compare(
         cuped = {"theta": theta, "variance_reduction": 1 - adj_var / raw_var if raw_var > 0 else 0.0}
         res = dataclasses.replace(stats.welch_ttest(ac, at, alpha), test="welch+cuped")
         return res, cuped, float(ac.var(ddof=1) / len(ac) + at.var(ddof=1) / len(at))
-    if METRICS[metric].kind == "binary":
+    if metric in METRICS and METRICS[metric].kind == "binary":
         res = stats.two_proportion_ztest(int(yc.sum()), len(yc), int(yt.sum()), len(yt), alpha)
         v = res.mean_control * (1 - res.mean_control) / len(yc) + res.mean_treatment * (
             1 - res.mean_treatment
@@ -66,7 +80,7 @@ def comparison_entry(
     significant = p < alpha_adj
     better = None
     if significant:
-        better = (res.diff > 0) == METRICS[metric].higher_is_better
+        better = (res.diff > 0) == exp.higher_is_better(metric)
     return {
         "metric": metric,
         "level": level,
@@ -92,6 +106,7 @@ def sequential(
     ci: int,
     ti: int,
     cps: list[float],
+    groups: np.ndarray | None = None,
 ) -> dict[str, Any]:
     """mSPRT over the time checkpoints: always-valid p (running min of 1/Λ) and CIs at each look."""
     series: dict[str, list] = {
@@ -100,7 +115,7 @@ def sequential(
     state, last = stats.SequentialState(), {}
     for t, values in zip(cps, cp_values, strict=True):
         y = np.where(first_single <= t, values[metric], np.nan)
-        res, _, v = compare(metric, y, varm, ci, ti, exp.alpha, x)
+        res, _, v = compare(metric, y, varm, ci, ti, exp.alpha, x, groups)
         if res is None or not v > 0:
             for key in series:
                 series[key].append(None if key != "seq_p" else state.p_value)
@@ -127,6 +142,7 @@ def arm_series(
     z = stats.z_crit(alpha)
     for t, values in zip(cps, cp_values, strict=True):
         y = values[metric][(first_single <= t) & (varm == i)]
+        y = y[~np.isnan(y)]
         n = len(y)
         mean = float(y.mean()) if n else None
         se = float(y.std(ddof=1) / math.sqrt(n)) if n > 1 else None

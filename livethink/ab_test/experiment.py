@@ -97,6 +97,36 @@ class CupedSettings(_Strict):
     lookback_days: float = Field(default=14.0, gt=0)
 
 
+class OutcomeDecl(_Strict):
+    """An outcome type the experiment accepts beyond click/add_to_cart/order/correct, and the viewer-level metric
+    of the same name. ``binary`` (value 0/1, default 1; a thumbs-up, a re-ask): a viewer's value is 1 when any of
+    theirs is 1; ``count`` (value a whole number, default 1): the viewer's sum; ``scale`` (value in [min, max],
+    a satisfaction score): the viewer's mean. ``missing``: a viewer without the outcome counts as 0 (``zero``) or
+    is left out of the metric (``skip``; always for ``scale``). ``window_s``: only outcomes within that many
+    seconds of the viewer's first exposure count (re-ask within 60 s)."""
+
+    name: str = Field(pattern=r"^[a-z][a-z0-9_]{0,15}$")
+    kind: Literal["binary", "count", "scale"]
+    min: float | None = None
+    max: float | None = None
+    missing: Literal["zero", "skip"] = "zero"
+    window_s: float | None = Field(default=None, gt=0)
+    higher_is_better: bool = True
+    description: str = ""
+
+    @model_validator(mode="after")
+    def _range(self) -> OutcomeDecl:
+        if self.kind == "scale":
+            if self.min is None or self.max is None or not self.min < self.max:
+                raise ValueError(f"a scale needs min < max (got min={self.min}, max={self.max})")
+        elif self.min is not None or self.max is not None:
+            raise ValueError(f"min/max: only a 'scale' outcome has a range (kind is {self.kind!r})")
+        return self
+
+
+RESERVED_OUTCOMES = ("click", "add_to_cart", "order", "correct")
+
+
 class Experiment(_Strict):
     """A validated experiment. ``seed`` defaults to ``name`` (GrowthBook: experiment key)."""
 
@@ -117,29 +147,33 @@ class Experiment(_Strict):
     min_viewers_per_arm: int = Field(default=150, ge=1)
     sequential: SequentialSettings = SequentialSettings()
     cuped: CupedSettings = CupedSettings()
+    outcomes: tuple[OutcomeDecl, ...] = ()
+    unit: Literal["viewer", "session", "stream"] = "viewer"  # the randomisation unit: hashed, counted by SRM
 
     @field_validator("start", "stop")
     @classmethod
     def _aware(cls, v: datetime | None) -> datetime | None:
         return v.replace(tzinfo=UTC) if v is not None and v.tzinfo is None else v
 
-    @field_validator("primary_metric")
-    @classmethod
-    def _primary_known(cls, v: str) -> str:
-        if v not in VIEWER_METRICS:
-            raise ValueError(f"unknown viewer-level metric {v!r}; choose from {', '.join(VIEWER_METRICS)}")
-        return v
-
-    @field_validator("guardrails")
-    @classmethod
-    def _guardrails_known(cls, v: tuple[str, ...]) -> tuple[str, ...]:
-        unknown = [m for m in v if m not in METRICS]
+    def _check_metrics(self) -> None:
+        custom = [o.name for o in self.outcomes]
+        taken = [n for n in custom if n in RESERVED_OUTCOMES or n in METRICS]
+        if taken:
+            raise ValueError(f"outcomes: {taken} clash with built-in outcome or metric names")
+        if len(set(custom)) != len(custom):
+            raise ValueError(f"outcomes: duplicate outcome name(s) {sorted({n for n in custom if custom.count(n) > 1})}")
+        if self.primary_metric not in VIEWER_METRICS and self.primary_metric not in custom:
+            raise ValueError(
+                f"primary_metric: unknown viewer-level metric {self.primary_metric!r}; choose from "
+                f"{', '.join([*VIEWER_METRICS, *custom])}"
+            )
+        unknown = [m for m in self.guardrails if m not in METRICS and m not in custom]
         if unknown:
-            raise ValueError(f"unknown metric(s) {unknown}; choose from {', '.join(METRICS)}")
-        return v
+            raise ValueError(f"guardrails: unknown metric(s) {unknown}; choose from {', '.join([*METRICS, *custom])}")
 
     @model_validator(mode="after")
     def _consistent(self, info: ValidationInfo) -> Experiment:
+        self._check_metrics()
         names = [a.name for a in self.arms]
         dupes = sorted({n for n in names if names.count(n) > 1})
         if dupes:
@@ -158,6 +192,19 @@ class Experiment(_Strict):
         return self
 
     # -- derived ----------------------------------------------------------------------------------------
+    @property
+    def declared_outcomes(self) -> dict[str, OutcomeDecl]:
+        return {o.name: o for o in self.outcomes}
+
+    @property
+    def viewer_metrics(self) -> tuple[str, ...]:
+        """The built-in viewer-level metrics and the declared outcome metrics."""
+        return (*VIEWER_METRICS, *(o.name for o in self.outcomes))
+
+    def higher_is_better(self, metric: str) -> bool:
+        decl = self.declared_outcomes.get(metric)
+        return decl.higher_is_better if decl is not None else METRICS[metric].higher_is_better
+
     @property
     def hash_seed(self) -> str:
         return self.name if self.seed is None else self.seed
@@ -187,7 +234,12 @@ class Experiment(_Strict):
         return (self.start is None or now >= self.start) and (self.stop is None or now < self.stop)
 
     def to_dict(self) -> dict[str, Any]:
-        return self.model_dump(mode="json")
+        d = self.model_dump(mode="json")
+        if not d["outcomes"]:  # configs without declared outcomes keep the digest they had before outcomes
+            del d["outcomes"]
+        if d["unit"] == "viewer":  # likewise for the default randomisation unit
+            del d["unit"]
+        return d
 
     def digest(self) -> str:
         """Stable content hash (identifies a config version in the event store)."""

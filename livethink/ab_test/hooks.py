@@ -37,7 +37,7 @@ from typing import Any, Literal
 from livethink.ab_test.analysis import analyze
 from livethink.ab_test.assignment import Assigner, Assignment
 from livethink.ab_test.errors import UnknownExperimentError
-from livethink.ab_test.events import OutcomeIn, validate_outcome
+from livethink.ab_test.events import OutcomeIn, check_declared, validate_outcome
 from livethink.ab_test.experiment import Experiment, load_experiments
 from livethink.ab_test.serving import SIMULATED_HEADER, ArmSettings, ExperimentHooksProtocol, ResponseRecord
 from livethink.ab_test.store import Ack, EventStore
@@ -70,8 +70,15 @@ class ExperimentHooks:
         self.writer = writer or BatchWriter(self.store)
         self._assigner = Assigner(experiment)
 
-    def assign(self, viewer_id: str, now: float | None = None) -> Assignment:
-        """Sticky arm of the viewer; ``in_experiment`` is False outside coverage/namespace or start/stop."""
+    def assign(self, viewer_id: str, now: float | None = None, *, unit_id: str | None = None) -> Assignment:
+        """Sticky arm of the viewer; ``in_experiment`` is False outside coverage/namespace or start/stop. With a
+        ``session`` or ``stream`` randomisation unit the unit's id (``unit_id``) is hashed, so everyone in a room
+        gets the same arm; without it the viewer is left out of the experiment (never randomised by the wrong
+        unit)."""
+        if self.experiment.unit != "viewer":
+            if not unit_id:
+                return Assignment(None, None, False, -1, self.name, self.experiment.hash_version)
+            viewer_id = unit_id
         a = self._assigner(viewer_id)
         when = datetime.fromtimestamp(now if now is not None else time.time(), UTC)
         if a.in_experiment and not self.experiment.is_running(when):
@@ -106,11 +113,13 @@ class ExperimentHooks:
 
     def on_exposure(
         self, viewer_id: str, assignment: Assignment, *, request_id: str | None = None, ts: float | None = None,
-        simulated: bool = False,
+        simulated: bool = False, unit_id: str | None = None,
     ) -> Future[Ack] | None:  # fmt: skip
         if not assignment.in_experiment or assignment.arm is None:
             return None
         fields = {"bucket": assignment.bucket, "hash_version": assignment.hash_version}
+        if self.experiment.unit != "viewer":
+            fields["unit_id"] = unit_id
         return self._log("exposure", viewer_id, assignment.arm, request_id, ts, simulated, fields)
 
     def on_response(
@@ -119,16 +128,7 @@ class ExperimentHooks:
     ) -> Future[Ack] | None:  # fmt: skip
         if arm is None:
             return None
-        fields = {
-            "latency_ms": float(record.latency_ms),
-            "ttft_ms": None if record.ttft_ms is None else float(record.ttft_ms),
-            "tokens": record.tokens,
-            "deadline_met": record.deadline_met,
-            "correct": record.correct,
-            "helpful": record.helpful,
-            "status": record.status,
-        }
-        return self._log("response", viewer_id, arm, request_id, ts, simulated, fields)
+        return self._log("response", viewer_id, arm, request_id, ts, simulated, record.fields())
 
     def _own(self, outcome: OutcomeIn | dict[str, Any]) -> OutcomeIn:
         body = _outcome(outcome)
@@ -136,6 +136,7 @@ class ExperimentHooks:
             raise UnknownExperimentError(
                 f"experiment: {body.experiment!r} is not handled by hooks of {self.name!r}"
             )
+        check_declared(body, {o.name: o.model_dump() for o in self.experiment.outcomes}, self.name)
         return body
 
     def on_outcome(self, outcome: OutcomeIn | dict[str, Any]) -> Future[Ack]:
@@ -254,17 +255,32 @@ def compact_summary(full: dict[str, Any]) -> dict[str, Any]:
             "exposures": a["exposures"],
             primary: a[primary],
             "gmv_per_viewer": a["gmv_per_viewer"],
-            "latency_p50_ms": a["latency_ms"]["p50"],
+            "latency_p50_ms": a["latency_ms"]["p50"],  # answered replies only
             "latency_p99_ms": a["latency_ms"]["p99"],
+            "first_reply_p50_ms": a["first_reply_ms"]["p50"],
+            "requests": a["responses"],
+            "goodput": a["goodput"],
+            "goodput_ci": a["goodput_ci"],
+            "refusal_rate": a["refusal_rate"],
+            "fallback_rate": a["fallback_rate"],
             "error_rate": a["error_rate"],
+            "deadline_met_rate": a["deadline_met_rate"],
+            "correct_rate": a["correct_rate"],
         }
         for name, a in full["arms"].items()
     }
-    tests = [
-        {k: c[k] for k in ("arm", "control", "lift", "lift_ci", "p_value", "decision_p_value", "significant")}
-        for c in full["comparisons"]
-        if c["metric"] == primary
-    ]
+    live = full["regime"]["live"]
+    always_valid = live != "fixed-horizon"
+
+    def test(c: dict[str, Any]) -> dict[str, Any]:
+        """One regime: always-valid lift interval beside the always-valid p (sequential), else fixed-horizon."""
+        seq = c.get("sequential") or {}
+        ci = seq.get("lift_ci") if always_valid else c["lift_ci"]
+        return {"arm": c["arm"], "control": c["control"], "lift": c["lift"], "lift_ci": ci,
+                "p_value": c["decision_p_value"], "decision_p_value": c["decision_p_value"],
+                "significant": c["significant"], "regime": live}  # fmt: skip
+
+    tests = [test(c) for c in full["comparisons"] if c["metric"] == primary]
     return {
         "experiment": full["experiment"],
         "generated_at": full["generated_at"],
@@ -274,7 +290,11 @@ def compact_summary(full: dict[str, Any]) -> dict[str, Any]:
         "viewers": full["data"]["viewers"],
         "arms": arms,
         "tests": tests,
+        "regime": live,
         "srm": {k: full["srm"][k] for k in ("p_value", "flagged", "observed", "expected")},
+        "phase": full["phase"],
+        "phases": [{k: p[k] for k in ("index", "start", "weights", "viewers")} | {"srm_p_value": p["srm"]["p_value"],
+                   "srm_flagged": p["srm"]["flagged"]} for p in full["phases"]],  # fmt: skip
         "guardrails": [g for g in full["guardrails"] if g["status"] == "breached"],
         "verdict": full["verdict"],
     }

@@ -51,21 +51,24 @@ def _ci(ci: Any, kind: str) -> str:
 
 
 def _kind(metric: str) -> str:
-    return "pct" if METRICS[metric].kind == "binary" else "num"
+    return "pct" if metric in METRICS and METRICS[metric].kind == "binary" else "num"
 
 
 def _tables(s: dict[str, Any]) -> dict[str, Table]:
     arms = s["arms"]
     per_arm = (
         ["arm", "variant", "weight", "viewers", "exposures", "click", "add-to-cart", "order", "GMV/viewer",
-         "latency p50 / p99 ms", "tokens", "deadline met", "correct", "helpful", "errors"],
+         "answered latency p50 / p99 ms", "tokens", "deadline met", "correct", "helpful", "requests", "refused",
+         "fallback", "errors", "goodput (95% CI)"],
         [
             [
                 name, a["variant"] or "–", _fmt(a["weight"]), str(a["viewers"]), str(a["exposures"]),
                 _fmt(a["click_rate"], "pct"), _fmt(a["add_to_cart_rate"], "pct"), _fmt(a["order_rate"], "pct"),
                 _fmt(a["gmv_per_viewer"]), f"{_fmt(a['latency_ms']['p50'])} / {_fmt(a['latency_ms']['p99'])}",
                 _fmt(a["tokens"]["mean"]), _fmt(a["deadline_met_rate"], "pct"), _fmt(a["correct_rate"], "pct"),
-                _fmt(a["helpful_rate"], "pct"), _fmt(a["error_rate"], "pct"),
+                _fmt(a["helpful_rate"], "pct"), str(a["responses"]), _fmt(a["refusal_rate"], "pct"),
+                _fmt(a["fallback_rate"], "pct"), _fmt(a["error_rate"], "pct"),
+                f"{_fmt(a['goodput'], 'pct')} {_ci(a['goodput_ci'], 'pct')}",
             ]
             for name, a in arms.items()
         ],
@@ -89,11 +92,12 @@ def _tables(s: dict[str, Any]) -> dict[str, Table]:
          "always-valid CI (lift)", "CUPED variance reduction", "significant"],
         rows,
     )  # fmt: skip
-    srm = s["srm"]
     srm_t = (
-        ["arms", "observed viewers", "expected", "chi-square", "p", "flag (p < threshold)"],
-        [[", ".join(srm["arms"]), ", ".join(map(str, srm["observed"])), ", ".join(f"{e:.1f}" for e in srm["expected"]),
-          _fmt(srm["chi2"]), _fmt(srm["p_value"], "p"), "SRM" if srm["flagged"] else "ok"]],
+        ["phase", "weights", "observed viewers", "expected", "chi-square", "p", "flag (p < threshold)"],
+        [[str(p["index"]), ", ".join(f"{a} {w:g}" for a, w in zip(s["arms"], p["weights"], strict=True)),
+          ", ".join(map(str, p["srm"]["observed"])), ", ".join(f"{e:.1f}" for e in p["srm"].get("expected") or []),
+          _fmt(p["srm"].get("chi2")), _fmt(p["srm"]["p_value"], "p"), "SRM" if p["srm"]["flagged"] else "ok"]
+         for p in s["phases"]],
     )  # fmt: skip
     guard = (
         ["guardrail", "arm", "control", "treatment", "lift", "p", "status"],
@@ -290,7 +294,7 @@ def _plot_latency(s: dict[str, Any], a: Analysis, path: Path) -> None:
                 np.arange(1, len(x) + 1) / len(x),
                 label=f"{name} p50={np.percentile(d, 50):.0f} p99={np.percentile(d, 99):.0f}",
             )
-    ax1.set_xlabel("end-to-end latency (ms)")
+    ax1.set_xlabel("end-to-end latency of answered replies (ms)")
     ax1.set_ylabel("share of replies ≤ x")
     ax1.set_title("latency CDF by arm")
     ax1.legend(fontsize=8)

@@ -44,17 +44,43 @@ class ArmSettings:
                    b.max_tokens)  # fmt: skip
 
 
+RESPONSE_STATUSES = ("answered", "fallback", "refused", "error")
+
+
 @dataclass(frozen=True)
 class ResponseRecord:
-    """What the server measured of one reply (``status``: ok, rejected or error); stored as a response event."""
+    """What the viewer of one request got, as the server measured it; stored as a response event.
+
+    ``status``: answered (the model's reply), fallback (the server's fallback reply), refused (429: no reply) or
+    error (failed; ``ok`` and ``rejected`` are read as answered and refused). ``latency_ms``: arrival to the last
+    byte on the server's clock (for a refusal, the time to refuse: analysis leaves it out of latency).
+    ``ttft_ms``: the first generated token, thinking included; ``first_reply_ms``: the first *reply* token;
+    ``first_sentence_ms``: the first sentence sent, when streamed. ``deadline_met``: the reply's last byte within
+    the deadline by the server's clock (None without a reply). ``forced_end``: thinking was ended by the server;
+    ``cut``: the reply was cut at the deadline. ``correct``/``helpful``: a judge's verdict when the server has
+    one (a later judgement is posted as a ``correct`` outcome naming the request id)."""
 
     latency_ms: float
     ttft_ms: float | None = None
     tokens: int | None = None
     deadline_met: bool | None = None
-    status: str = "ok"
+    status: str = "answered"
     correct: bool | None = None
     helpful: bool | None = None
+    first_reply_ms: float | None = None
+    first_sentence_ms: float | None = None
+    forced_end: bool | None = None
+    cut: bool | None = None
+
+    def fields(self) -> dict[str, object]:
+        """The response event's measurement fields."""
+        f = lambda x: None if x is None else float(x)  # noqa: E731
+        return {
+            "latency_ms": float(self.latency_ms), "ttft_ms": f(self.ttft_ms), "tokens": self.tokens,
+            "deadline_met": self.deadline_met, "correct": self.correct, "helpful": self.helpful,
+            "status": self.status, "first_reply_ms": f(self.first_reply_ms),
+            "first_sentence_ms": f(self.first_sentence_ms), "forced_end": self.forced_end, "cut": self.cut,
+        }  # fmt: skip
 
 
 @runtime_checkable

@@ -67,6 +67,8 @@ class ArmProfile(_Strict):
     p_helpful: float = Field(default=0.70, ge=0, le=1)
     tokens: float = Field(default=300.0, gt=0)
     p_error: float = Field(default=0.0, ge=0, le=1)
+    p_refused: float = Field(default=0.0, ge=0, le=1)  # 429s (answered in a few ms, no reply)
+    p_fallback: float = Field(default=0.0, ge=0, le=1)  # the server's fallback reply at the deadline
     deadline_ms: float = Field(default=1000.0, gt=0)
     order_lift: float = Field(default=0.0, gt=-1)
 

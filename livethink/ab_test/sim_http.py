@@ -74,7 +74,8 @@ async def simulate_http(
     sem = asyncio.Semaphore(max(1, concurrency))
     stats: dict[str, Any] = {
         "replies_ok": 0, "rejected": 0, "errors": 0, "malformed": 0, "not_in_experiment": 0,
-        "outcomes_posted": 0, "outcomes_acked": 0, "outcome_errors": 0, "arms": {}, "latency_ms": [],
+        "outcomes_posted": 0, "outcomes_acked": 0, "outcome_errors": 0, "labels_posted": 0, "labels_acked": 0,
+        "arms": {}, "latency_ms": [],
         "error_samples": [], "refused_reasons": {},
     }  # fmt: skip
     own = client is None
@@ -101,7 +102,7 @@ async def simulate_http(
             except httpx.HTTPError as exc:
                 r, err = None, str(exc)
             elapsed = (time.perf_counter() - t0) * 1000
-        arm, ok, latency, correct, helpful = None, False, elapsed, None, None
+        arm, ok, latency, correct, helpful, rid = None, False, elapsed, None, None, None
         fallback, deadline = False, float(deadline_ms or "inf")  # the server's reply says which it applied
         if r is None or r.status_code >= 500 or (r.status_code >= 400 and r.status_code != 429):
             stats["errors"] += 1
@@ -126,6 +127,7 @@ async def simulate_http(
             ok, arm, latency = True, data["arm"], float(data["timings"]["e2e_ms"])
             fallback, deadline = bool(data.get("fallback")), float(data.get("deadline_ms") or deadline)
             correct, helpful = judge_reply(judged[i % len(tasks)], data["reply"], judge)
+            rid = data["request_id"]
         stats["latency_ms"].append(latency)
         if arm is None:
             stats["not_in_experiment"] += 1
@@ -140,6 +142,12 @@ async def simulate_http(
             ok,
         )
         draw = om.draw(rng, np.atleast_1d(m))
+        if rid and correct is not None:  # the judge's verdict, recorded as a label of the reply
+            label = {"event_id": f"{vid}:{i}:correct", "viewer_id": vid, "experiment": experiment, "type": "correct",
+                     "value": float(correct), "request_id": rid, "simulated": True}  # fmt: skip
+            stats["labels_posted"] += 1
+            if await _post(http, f"{base}/v1/ab/outcomes", label, headers, stats):
+                stats["labels_acked"] += 1
         for kind in ("click", "add_to_cart", "order"):
             if not draw[kind][0]:
                 break
@@ -182,8 +190,17 @@ async def simulate_http(
         **stats,
         "latency_p50_ms": float(np.percentile(lat, 50)) if len(lat) else None,
         "latency_p99_ms": float(np.percentile(lat, 99)) if len(lat) else None,
-        "per_arm": {arm: summarize(rows).to_dict() for arm, rows in sorted(seen.items())},
+        "per_arm": {arm: summarize(rows).to_dict() | _client_latency(rows) for arm, rows in sorted(seen.items())},
     }
+
+
+def _client_latency(rows: list[ViewerOutcome]) -> dict[str, float | None]:
+    """The client's latency percentiles over an arm's answered requests (the model's replies)."""
+    ms = [o.client_ms for o in rows if o.answered]
+    if not ms:
+        return {"answered_p50_ms": None, "answered_p99_ms": None}
+    p50, p99 = np.percentile(ms, [50, 99])
+    return {"answered_p50_ms": float(p50), "answered_p99_ms": float(p99)}
 
 
 def stream_summary(result: dict[str, Any], target_answered: float = 0.95) -> list[str]:
@@ -204,6 +221,20 @@ def stream_summary(result: dict[str, Any], target_answered: float = 0.95) -> lis
             f"goodput {a['goodput']:.1%} (correct, in the deadline, by the client's clock)"
         )
     return lines
+
+
+async def _post(http: httpx.AsyncClient, url: str, payload: dict, headers: dict, stats: dict[str, Any]) -> bool:
+    """POST one outcome; a failure is counted in ``stats`` (with a sample), never raised."""
+    try:
+        ro = await http.post(url, json=payload, headers=headers)
+    except httpx.HTTPError as exc:
+        ro, err = None, str(exc)
+    if ro is not None and ro.status_code < 300:
+        return True
+    stats["outcome_errors"] += 1
+    if len(stats["error_samples"]) < 5:
+        stats["error_samples"].append(err if ro is None else f"outcome {ro.status_code}: {ro.text[:200]}")
+    return False
 
 
 def _field(r: httpx.Response, name: str) -> str | None:

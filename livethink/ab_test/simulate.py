@@ -99,8 +99,17 @@ def simulate_offline(
     correct = np.where(ok, rng.random(n) < per_arm("p_correct"), False)
     helpful = np.where(ok, rng.random(n) < per_arm("p_helpful"), False)
     tokens = np.maximum(1, np.round(per_arm("tokens") * np.exp(0.3 * rng.standard_normal(n)))).astype(int)
-    met = ok & (latency <= per_arm("deadline_ms"))
-    out = om.draw(rng, om.multiplier(correct, helpful, latency, ok), per_arm("order_lift"))
+    # refusals and fallbacks from their own stream (runs without them draw exactly what they drew before)
+    rng2 = np.random.default_rng([seed, 1])
+    v = rng2.random(n)
+    refused = ok & (v < per_arm("p_refused"))
+    fallback = ok & ~refused & (v < per_arm("p_refused") + per_arm("p_fallback"))
+    latency = np.where(refused, 2 + 8 * rng2.random(n), np.where(fallback, per_arm("deadline_ms"), latency))
+    correct &= ~(refused | fallback)
+    helpful &= ~(refused | fallback)
+    status = np.where(~ok, "error", np.where(refused, "refused", np.where(fallback, "fallback", "answered")))
+    met = ok & ~refused & (latency <= per_arm("deadline_ms"))
+    out = om.draw(rng, om.multiplier(correct, helpful, latency, ok & ~refused), per_arm("order_lift"))
     d_click, d_cart, d_order = (rng.uniform(lo, hi, n) for lo, hi in ((5, 120), (5, 60), (10, 300)))
     n_pre_o = rng.poisson(om.pre_period_orders * out["u"])
     n_pre_c = rng.poisson(om.pre_period_clicks * out["u"])
@@ -124,11 +133,17 @@ def simulate_offline(
                 "ts": t,
                 "request_id": f"{vid}:q",
             }
+            st = str(status[j])
+            replied = st in ("answered", "fallback")
             yield {
                 **base, "kind": "response", "event_id": f"{vid}:r", "arm": arm, "ts": t + latency[j] / 1000,
-                "request_id": f"{vid}:q", "latency_ms": float(latency[j]), "ttft_ms": float(latency[j] * 0.3),
-                "tokens": int(tokens[j]), "deadline_met": bool(met[j]), "correct": bool(correct[j]),
-                "helpful": bool(helpful[j]), "status": "ok" if ok[j] else "error",
+                "request_id": f"{vid}:q", "latency_ms": float(latency[j]),
+                "ttft_ms": float(latency[j] * 0.3) if st == "answered" else None,
+                "first_reply_ms": float(latency[j] * 0.6) if st == "answered" else None,
+                "tokens": int(tokens[j]) if st == "answered" else 0,
+                "deadline_met": bool(met[j]) if replied else None,
+                "correct": bool(correct[j]) if st == "answered" else None,
+                "helpful": bool(helpful[j]) if st == "answered" else None, "status": st,
             }  # fmt: skip
             tc = t + d_click[j]
             if out["click"][j]:
@@ -169,5 +184,6 @@ def simulate_offline(
         "events_stored": stored,
         "events_duplicate": duplicates,
         "orders": {arm: int(out["order"][a == i].sum()) for i, arm in enumerate(arms)},
+        "goodput": {arm: int((~refused & ~fallback & ok & correct & met)[a == i].sum()) for i, arm in enumerate(arms)},
         "seconds": round(time.perf_counter() - t_start, 3),
     }

@@ -18,13 +18,14 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from sqlalchemy import Engine, create_engine, event, func, select, text
+from sqlalchemy import Engine, create_engine, event, func, inspect, select, text
 from sqlalchemy.exc import DBAPIError
 
 from livethink.ab_test.errors import ABError, EventConflictError, EventValidationError, UnknownExperimentError
-from livethink.ab_test.events import parse_event
+from livethink.ab_test.events import OutcomeEvent, check_declared, parse_event
 from livethink.ab_test.experiment import Experiment, parse_experiment
 from livethink.ab_test.tables import (
+    ADDED_COLUMNS,
     SCHEMA_LOCK_KEY,
     Ack,
     AnyEvent,
@@ -58,6 +59,24 @@ def enable_wal(cursor: Any, timeout_s: float, poll_s: float = 0.05) -> None:
             if "locked" not in str(exc) or time.monotonic() >= end:
                 raise
             time.sleep(poll_s)
+
+
+def _declared(cfg: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """A stored config's declared outcome types: name → declaration."""
+    return {o["name"]: o for o in cfg.get("outcomes") or ()}
+
+
+def migrate(conn: Any) -> list[str]:
+    """Bring an older store's ``ab_events`` up to this schema: add the columns it lacks (all nullable, so old
+    rows read as "not recorded"); returns their names. Idempotent; runs under the schema lock on PostgreSQL."""
+    have = {c["name"] for c in inspect(conn).get_columns(events_table.name)}
+    added = []
+    for col in ADDED_COLUMNS:
+        if col.name not in have:
+            ddl = col.type.compile(dialect=conn.dialect)
+            conn.execute(text(f"ALTER TABLE {events_table.name} ADD COLUMN {col.name} {ddl}"))
+            added.append(col.name)
+    return added
 
 
 class EventStore:
@@ -96,8 +115,10 @@ class EventStore:
             if self.dialect == "postgresql":  # replicas starting together: one creates the table, the rest wait
                 conn.execute(text("SELECT pg_advisory_xact_lock(:key)"), {"key": SCHEMA_LOCK_KEY})
             metadata.create_all(conn)
+            migrate(conn)
         self._lock = threading.Lock()
         self._arms: dict[str, set[str]] = {}
+        self._outcomes: dict[str, dict[str, dict[str, Any]]] = {}  # experiment -> declared outcome types
         self._refresh_registry()
 
     def _sqlite_engine(self, begin: str, synchronous: str, busy_timeout_s: float) -> Engine:
@@ -132,8 +153,10 @@ class EventStore:
         self.close()
 
     # -- experiments ------------------------------------------------------------------------------------
-    def register_experiment(self, experiment: Experiment) -> bool:
-        """Record this config version (no-op if it is already the latest); returns True when a row was added."""
+    def register_experiment(self, experiment: Experiment, *, effective_at: float | None = None) -> bool:
+        """Record this config version (no-op if it is already the latest); returns True when a row was added.
+        ``effective_at`` (Unix s, default now) is when the version took effect: a version with other weights
+        starts a new phase of the analysis there (pass it to backfill a history)."""
         digest = experiment.digest()
         with self._lock, self.engine.begin() as conn:
             latest = conn.execute(
@@ -149,19 +172,25 @@ class EventStore:
                         name=experiment.name,
                         digest=digest,
                         config=json.dumps(experiment.to_dict()),
-                        registered_at=time.time(),
+                        registered_at=time.time() if effective_at is None else effective_at,
                     )  # fmt: skip
                 )
             self._arms.setdefault(experiment.name, set()).update(experiment.arm_names)
+            self._outcomes.setdefault(experiment.name, {}).update(_declared(experiment.to_dict()))
         return added
 
     def _refresh_registry(self) -> None:
         with self.read_engine.connect() as conn:
-            rows = conn.execute(select(experiments_table.c.name, experiments_table.c.config)).all()
+            rows = conn.execute(
+                select(experiments_table.c.name, experiments_table.c.config).order_by(experiments_table.c.id)
+            ).all()
         arms: dict[str, set[str]] = {}
+        outcomes: dict[str, dict[str, dict[str, Any]]] = {}
         for name, config in rows:
-            arms.setdefault(name, set()).update(a["name"] for a in json.loads(config)["arms"])
-        self._arms = arms
+            cfg = json.loads(config)
+            arms.setdefault(name, set()).update(a["name"] for a in cfg["arms"])
+            outcomes.setdefault(name, {}).update(_declared(cfg))
+        self._arms, self._outcomes = arms, outcomes
 
     def experiment_names(self) -> list[str]:
         self._refresh_registry()
@@ -173,27 +202,28 @@ class EventStore:
 
     def experiment_history(self, name: str) -> list[Experiment]:
         """All registered versions of ``name``, oldest first; ``UnknownExperimentError`` if none."""
+        return [e for _, e in self.experiment_versions(name)]
+
+    def experiment_versions(self, name: str) -> list[tuple[float, Experiment]]:
+        """(effective time, config) of every registered version of ``name``, oldest first."""
         with self.read_engine.connect() as conn:
-            rows = (
-                conn.execute(
-                    select(experiments_table.c.config)
-                    .where(experiments_table.c.name == name)
-                    .order_by(experiments_table.c.id)
-                )
-                .scalars()
-                .all()
-            )
+            rows = conn.execute(
+                select(experiments_table.c.registered_at, experiments_table.c.config)
+                .where(experiments_table.c.name == name)
+                .order_by(experiments_table.c.id)
+            ).all()
         if not rows:
             known = self.experiment_names()
             raise UnknownExperimentError(
                 f"experiment: {name!r} is not registered in {self._safe_url()} (known: {known})"
             )
         out = []
-        for raw in rows:
+        for at, raw in rows:
             cfg = json.loads(raw)
             # validated when registered; its variants are known by definition
             variants = {a["variant"] for a in cfg.get("arms", []) if a.get("variant")}
-            out.append(parse_experiment(cfg, known_variants=variants, where=f"stored experiment {name!r}"))
+            exp = parse_experiment(cfg, known_variants=variants, where=f"stored experiment {name!r}")
+            out.append((float(at), exp))
         return out
 
     def _safe_url(self) -> str:
@@ -221,6 +251,11 @@ class EventStore:
                 raise EventValidationError(
                     f"events[{i}].arm: unknown arm {arm!r} for experiment {ev.experiment!r} (arms: {sorted(arms)})"
                 )
+            if isinstance(ev, OutcomeEvent):
+                try:
+                    check_declared(ev, self._outcomes.get(ev.experiment, {}), ev.experiment)
+                except EventValidationError as exc:
+                    raise EventValidationError(f"events[{i}].{exc}") from None
             parsed.append(ev)
         return parsed
 

@@ -39,6 +39,13 @@ events_table = Table(
     Column("gmv", Float),
     Column("simulated", Boolean, nullable=False),
     Column("digest", String(32), nullable=False),
+    # added with the statuses answered/fallback/refused/error (``migrate`` adds them to an older store)
+    Column("value", Float),
+    Column("first_reply_ms", Float),
+    Column("first_sentence_ms", Float),
+    Column("forced_end", Boolean),
+    Column("cut", Boolean),
+    Column("unit_id", String(256)),
     Index("ix_ab_events_experiment_kind_ts", "experiment", "kind", "ts"),
 )
 
@@ -58,6 +65,10 @@ _CONTENT_FIELDS = (
     "ttft_ms", "tokens", "deadline_met", "correct", "helpful", "status", "outcome_type", "gmv", "simulated",
 )  # fmt: skip
 _DIGEST_FIELDS = tuple(k for k in _CONTENT_FIELDS if k != "ts")
+# fields added later: in the digest only when set, so that an event re-sent from before them stays a duplicate
+_ADDED_FIELDS = ("value", "first_reply_ms", "first_sentence_ms", "forced_end", "cut", "unit_id")
+_DIGEST_STATUS = {"answered": "ok", "refused": "rejected"}  # the old spelling keeps old digests valid
+ADDED_COLUMNS = tuple(c for c in events_table.columns if c.name in _ADDED_FIELDS)
 SCHEMA_LOCK_KEY = 0x6C74_6162  # pg_advisory_xact_lock key held while the table is created ("ltab")
 
 
@@ -81,22 +92,27 @@ def normalize_url(url: str | Path) -> str:
 def event_row(ev: AnyEvent, received_at: float) -> dict[str, Any]:
     """The table row of an event, with the digest of its content (``ts`` left out) that tells a duplicate
     from a conflict."""
-    row: dict[str, Any] = dict.fromkeys(_CONTENT_FIELDS)
+    row: dict[str, Any] = dict.fromkeys(_CONTENT_FIELDS + _ADDED_FIELDS)
     row.update(
         event_id=ev.event_id, experiment=ev.experiment, kind=ev.kind, viewer_id=ev.viewer_id, ts=ev.ts,
         simulated=ev.simulated, received_at=received_at,
     )  # fmt: skip
     if isinstance(ev, ExposureEvent):
-        row.update(arm=ev.arm, request_id=ev.request_id, bucket=ev.bucket, hash_version=ev.hash_version)
+        row.update(arm=ev.arm, request_id=ev.request_id, bucket=ev.bucket, hash_version=ev.hash_version,
+                   unit_id=ev.unit_id)  # fmt: skip
     elif isinstance(ev, ResponseEvent):
         row.update(
             arm=ev.arm, request_id=ev.request_id, latency_ms=ev.latency_ms, ttft_ms=ev.ttft_ms, tokens=ev.tokens,
             deadline_met=ev.deadline_met, correct=ev.correct, helpful=ev.helpful, status=ev.status,
+            first_reply_ms=ev.first_reply_ms, first_sentence_ms=ev.first_sentence_ms, forced_end=ev.forced_end,
+            cut=ev.cut,
         )  # fmt: skip
     else:
-        row.update(outcome_type=ev.type, gmv=ev.gmv)
+        row.update(outcome_type=ev.type, gmv=ev.gmv, value=ev.value, request_id=ev.request_id)
     # ``ts`` is left out: a retried event (e.g. an outcome timestamped on receipt) is a duplicate, not a conflict
-    blob = repr([row[k] for k in _DIGEST_FIELDS])  # str/int/float/bool/None reprs are stable
+    parts = [_DIGEST_STATUS.get(row[k], row[k]) if k == "status" else row[k] for k in _DIGEST_FIELDS]
+    parts += [(k, row[k]) for k in _ADDED_FIELDS if row[k] is not None]
+    blob = repr(parts)  # str/int/float/bool/None reprs are stable
     row["digest"] = hashlib.blake2b(blob.encode(), digest_size=16).hexdigest()
     return row
 

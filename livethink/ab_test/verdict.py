@@ -5,7 +5,6 @@ from __future__ import annotations
 from typing import Any
 
 from livethink.ab_test.experiment import Experiment
-from livethink.ab_test.metrics import METRICS
 
 
 def guardrails(exp: Experiment, comparisons: list[dict]) -> list[dict[str, Any]]:
@@ -14,7 +13,10 @@ def guardrails(exp: Experiment, comparisons: list[dict]) -> list[dict[str, Any]]
         for c in comparisons:
             if c["metric"] != g:
                 continue
-            worse = c["p_value"] < exp.alpha and ((c["diff"] > 0) != METRICS[g].higher_is_better)
+            # the decision p: always-valid (mSPRT over the looks) when the experiment is sequential, so that a
+            # guardrail watched on every refresh keeps its false-alarm rate
+            p = c.get("decision_p_value", c["p_value"])
+            worse = p < exp.alpha and ((c["diff"] > 0) != exp.higher_is_better(g))
             out.append(
                 {
                     "metric": g,
@@ -24,7 +26,8 @@ def guardrails(exp: Experiment, comparisons: list[dict]) -> list[dict[str, Any]]
                     "mean_treatment": c["mean_treatment"],
                     "diff": c["diff"],
                     "lift": c["lift"],
-                    "p_value": c["p_value"],
+                    "p_value": p,
+                    "sequential": c.get("sequential") is not None,
                     "status": "breached" if worse else "ok",
                 }
             )

@@ -28,7 +28,7 @@ def raw(out: list[tuple[int, int, float, float]], multi: tuple[bool, ...] = (Fal
         "deadline_met": np.array([1.0, 0.0, nan]),
         "correct": np.array([nan, nan, nan]),
         "helpful": np.array([nan, nan, nan]),
-        "error": np.array([0.0, 1.0, 0.0]),
+        "status": np.array([0, 1, 0]),  # answered, fallback, answered
     }
     return RawData(
         ("A", "B", "C"), np.array(["v0", "v1", "v2"], dtype=object), np.array([0, 1, 1]),
@@ -75,8 +75,11 @@ def test_arm_statistics_by_hand() -> None:
     assert (b["viewers"], b["analysed_viewers"], b["exposures"], b["responses"]) == (2, 1, 3, 1)
     assert a["order_rate"] == 1.0 and a["gmv_per_viewer"] == 20.0 and b["add_to_cart_rate"] == 1.0
     assert c["order_rate"] is None and c["latency_ms"]["n"] == 0 and c["error_rate"] is None
-    assert a["latency_ms"] == {"mean": 200.0, "p50": 200.0, "p95": 290.0, "p99": 298.0, "n": 2}
-    assert a["deadline_met_rate"] == 0.5 and a["error_rate"] == 0.5 and b["deadline_met_rate"] is None
+    # latency over answered replies only: the fallback's 300 ms is not a reply time; the deadline counts it
+    assert a["latency_ms"] == {"mean": 100.0, "p50": 100.0, "p95": 100.0, "p99": 100.0, "n": 1}
+    assert a["deadline_met_rate"] == 0.5 and a["fallback_rate"] == 0.5 and a["error_rate"] == 0.0
+    assert (a["answered"], a["fallback"], a["refused"], a["error"]) == (1, 1, 0, 0)
+    assert b["deadline_met_rate"] is None and b["latency_ms"]["n"] == 1
     assert a["correct_rate"] is None  # nothing judged
 
 

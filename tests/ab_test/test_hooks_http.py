@@ -13,7 +13,12 @@ import pytest
 from fastapi import FastAPI, HTTPException, Request
 
 from livethink.ab_test.assignment import Assigner
-from livethink.ab_test.errors import EventConflictError, UnknownArmError, UnknownExperimentError
+from livethink.ab_test.errors import (
+    EventConflictError,
+    EventValidationError,
+    UnknownArmError,
+    UnknownExperimentError,
+)
 from livethink.ab_test.events import OutcomeIn
 from livethink.ab_test.experiment import parse_experiment
 from livethink.ab_test.hooks import (
@@ -69,6 +74,8 @@ def make_app(hooks: HookSet, store: EventStore) -> FastAPI:
             raise HTTPException(404, str(exc)) from None
         except EventConflictError as exc:
             raise HTTPException(409, str(exc)) from None
+        except EventValidationError as exc:  # the server's client_errors: 400 naming the field
+            raise HTTPException(400, str(exc)) from None
         return {"event_id": ack.event_id, "status": ack.status}
 
     @app.get("/v1/ab/experiments/{name}")
@@ -138,7 +145,8 @@ def test_simulator_against_server(served) -> None:
     assert set(per_arm) == {"rft", "drpo"} and sum(a["sent"] for a in per_arm.values()) == 300
     assert all(a["answered"] == a["sent"] and a["refused"] == a["errors"] == 0 for a in per_arm.values())
     assert all(0 <= a["goodput"] <= a["answered_share"] == 1.0 for a in per_arm.values())
-    assert store.count("live1") == 600 + result["outcomes_acked"]
+    assert result["labels_posted"] == result["labels_acked"] == 300  # the judge's verdicts, as labels
+    assert store.count("live1") == 600 + result["outcomes_acked"] + result["labels_acked"]
     rows = store.fetch("live1", "exposure", ["viewer_id", "simulated"])
     assert all(v.startswith("sim-t-") and sim for v, sim in rows)
     outcomes = store.fetch("live1", "outcome", ["simulated"])
@@ -185,10 +193,10 @@ def test_outcome_endpoint_errors(served) -> None:
             ]
 
     r = asyncio.run(run())
-    assert [x.status_code for x in r] == [200, 200, 409, 422, 422, 404]
+    assert [x.status_code for x in r] == [200, 200, 409, 422, 400, 404]
     assert r[0].json()["status"] == "stored" and r[1].json()["status"] == "duplicate"
     assert r[3].json()["detail"][0]["loc"] == ["body", "gmv"]
-    assert r[4].json()["detail"][0]["loc"] == ["body", "type"]
+    assert r[4].json()["detail"].startswith("type: outcome type 'refund' is not declared by experiment 'live1'")
     assert store.count("live1") == 1
     assert time.time() - store.fetch("live1", "outcome", ["ts"])[0][0] < 60
 

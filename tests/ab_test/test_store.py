@@ -145,7 +145,8 @@ def test_outcome_payload_validation() -> None:
     for payload, field in [
         ({"event_id": "a1", "viewer_id": "v", "experiment": "e1", "type": "order", "gmv": -3}, "gmv"),
         ({"event_id": "a1", "viewer_id": "v", "experiment": "e1", "type": "order", "gmv": "3"}, "gmv"),
-        ({"event_id": "a1", "viewer_id": "v", "experiment": "e1", "type": "buy"}, "type"),
+        ({"event_id": "a1", "viewer_id": "v", "experiment": "e1", "type": "Buy now"}, "type"),
+        ({"event_id": "a1", "viewer_id": "v", "experiment": "e1", "type": "correct", "value": 1.0}, "request_id"),
         ({"viewer_id": "v", "experiment": "e1", "type": "click"}, "event_id"),
         ({"event_id": "a1", "viewer_id": "v", "experiment": "e1", "type": "click", "extra": 1}, "extra"),
     ]:

@@ -1,6 +1,6 @@
 """Accounting: what the request path teaches the controller and records once a request is over: metrics by
 endpoint, arm and model, the deadline on the client's clock, reply lengths, refusals and the A/B record of every
-exposed request (answered, refused or failed).
+exposed request (answered, fallback, refused or failed: ``ab_record``).
 """
 
 from __future__ import annotations
@@ -17,6 +17,19 @@ from livethink.serve.request_path.jobs import Job
 from livethink.serve.telemetry.ab_hooks import ResponseRecord, ServeHooks
 from livethink.serve.telemetry.metrics import ServeMetrics, arm_label
 from livethink.serve.telemetry.refusals import RecentRefusals
+
+
+def ab_record(r: Result) -> ResponseRecord:
+    """The A/B record of a request that got a reply: what the viewer got (the model's answer, the fallback, or a
+    refusal the request path reports on the result), latency and the deadline on the server's clock, the first
+    token (thinking included), the first reply token and first sentence (streamed), forced end and cut."""
+    refused = bool(getattr(r, "refused", False))
+    status = "refused" if refused else "fallback" if r.fallback else "error" if r.status == "error" else "answered"
+    return ResponseRecord(
+        r.e2e_ms, r.first_token_ms, r.completion_tokens, None if refused else r.deadline_met, status,
+        first_reply_ms=r.first_reply_token_ms, first_sentence_ms=getattr(r, "first_sentence_ms", None),
+        forced_end=r.forced_end_of_thinking, cut=r.cut_at_deadline,
+    )  # fmt: skip
 
 
 @dataclass
@@ -69,10 +82,13 @@ class Accounting:
     # -- the end of a request ------------------------------------------------------------------------------
     @staticmethod
     def stamp(job: Job, r: Result, now: float | None = None) -> Result:
-        """Bring ``e2e_ms`` / ``deadline_met`` up to ``now`` (call right before serializing the response)."""
+        """Bring ``e2e_ms`` / ``deadline_met`` up to ``now`` (call right before serializing the response). A
+        streamed reply's deadline bounds its first sentence."""
         e2e = (time.monotonic() if now is None else now) - job.arrival
         r.e2e_ms = round(e2e * 1000, 2)
         r.deadline_met = e2e <= job.deadline_ms / 1000
+        if job.stream:
+            r.deadline_met = r.first_sentence_ms is not None and r.first_sentence_ms <= job.deadline_ms
         return r
 
     def done(self, job: Job, r: Result) -> None:
@@ -96,7 +112,7 @@ class Accounting:
 
     def record(self, job: Job, r: Result) -> None:
         """A reply (generated or the fallback): metrics, the controller's reply length, the A/B record."""
-        self.refusals.record(None)
+        self.refusals.record(r.refusal_reason if r.refused else None)  # a filler line is a refusal
         self._observe_reply(job, r)
         m = self.metrics
         labels = job.labels
@@ -120,8 +136,7 @@ class Accounting:
             m.fallbacks.labels(*labels).inc()
         self.export_estimates(job.engine_key)
         if job.viewer_id:
-            rec = ResponseRecord(r.e2e_ms, r.first_token_ms, r.completion_tokens, r.deadline_met, "ok")
-            self.hooks.on_response(job.viewer_id, job.choice, job.request_id, rec, job.simulated)
+            self.hooks.on_response(job.viewer_id, job.choice, job.request_id, ab_record(r), job.simulated)
 
     def refused(self, job: Job, reason: str) -> None:
         """Admission refused ``job`` (a 429) for ``reason``."""
@@ -138,5 +153,6 @@ class Accounting:
         every exposed request."""
         self.metrics.requests.labels(*job.labels, status).inc()
         if job.viewer_id:
-            rec = ResponseRecord((time.monotonic() - job.arrival) * 1000, None, 0, False, status)
+            ab_status = "refused" if status == "rejected" else "error"
+            rec = ResponseRecord((time.monotonic() - job.arrival) * 1000, status=ab_status)
             self.hooks.on_response(job.viewer_id, job.choice, job.request_id, rec, job.simulated)

@@ -69,16 +69,20 @@ class ArmChoice(ArmSettings):
 
     forced: bool = False  # chosen by the request (QA), not by assignment: no exposure is logged
     assignment: Assignment | None = None  # the experiment's own record, handed back to on_exposure
+    unit_id: str | None = None  # the session or stream hashed, for an experiment randomised by one
 
     @classmethod
-    def of(cls, settings: ArmSettings, assignment: Assignment | None) -> ArmChoice:
+    def of(cls, settings: ArmSettings, assignment: Assignment | None, unit_id: str | None = None) -> ArmChoice:
         """The choice of an assigned viewer, or of a request that forced the arm (no ``assignment``)."""
-        return cls(**dataclasses.asdict(settings), forced=assignment is None, assignment=assignment)
+        return cls(**dataclasses.asdict(settings), forced=assignment is None, assignment=assignment, unit_id=unit_id)
 
 
 @runtime_checkable
 class ServeHooks(Protocol):
-    def assign(self, viewer_id: str | None, forced_arm: str | None = None) -> ArmChoice: ...
+    def assign(
+        self, viewer_id: str | None, forced_arm: str | None = None, *, session_id: str | None = None,
+        stream_id: str | None = None,
+    ) -> ArmChoice: ...  # fmt: skip
 
     def on_exposure(
         self, viewer_id: str, choice: ArmChoice, request_id: str, simulated: bool = False
@@ -102,7 +106,10 @@ class ServeHooks(Protocol):
 class NoExperiment:
     """Default hooks: no experiment, everyone gets the default model, nothing is logged."""
 
-    def assign(self, viewer_id: str | None, forced_arm: str | None = None) -> ArmChoice:
+    def assign(
+        self, viewer_id: str | None, forced_arm: str | None = None, *, session_id: str | None = None,
+        stream_id: str | None = None,
+    ) -> ArmChoice:  # fmt: skip
         if forced_arm is not None:
             with client_errors():
                 raise UnknownArmError(f"arm: no experiment is configured, so arm {forced_arm!r} does not exist")
@@ -165,16 +172,28 @@ class ABTestHooks:
         """State of the event write path (one writer is shared by all experiments): degraded, spool use."""
         return self.experiments.health()
 
-    def assign(self, viewer_id: str | None, forced_arm: str | None = None) -> ArmChoice:
+    def assign(
+        self, viewer_id: str | None, forced_arm: str | None = None, *, session_id: str | None = None,
+        stream_id: str | None = None,
+    ) -> ArmChoice:  # fmt: skip
+        """The viewer's arm in the first experiment that takes them. An experiment randomised by ``session`` or
+        ``stream`` hashes that id (a request without it is left out of such an experiment)."""
         if forced_arm is not None:
             with client_errors():
                 return self._forced(forced_arm)
         if not viewer_id:
             return ArmChoice()
+        units = {"session": session_id, "stream": stream_id}
         for h in self.experiments.values():
-            a = h.assign(viewer_id)
+            unit = getattr(getattr(h, "experiment", None), "unit", "viewer")
+            if unit == "viewer":
+                a = h.assign(viewer_id)
+                unit_id = None
+            else:
+                unit_id = units.get(unit)
+                a = h.assign(viewer_id, unit_id=unit_id)  # type: ignore[call-arg]
             if a.in_experiment and a.arm is not None:
-                return ArmChoice.of(h.arm_settings(a.arm), a)
+                return ArmChoice.of(h.arm_settings(a.arm), a, unit_id)
         return ArmChoice()
 
     def _forced(self, arm: str) -> ArmChoice:
@@ -215,7 +234,8 @@ class ABTestHooks:
         h, assignment = self.experiments[choice.experiment], choice.assignment
         self._log_event(
             "exposure",
-            lambda: h.on_exposure(viewer_id, assignment, request_id=request_id, simulated=simulated),
+            lambda: h.on_exposure(viewer_id, assignment, request_id=request_id, simulated=simulated,
+                                  **({"unit_id": choice.unit_id} if choice.unit_id else {})),
         )
 
     def on_response(
