@@ -95,7 +95,7 @@ class RecordingHooks(NoExperiment):
         self.exposures: list[str] = []
         self.responses: list[tuple[str, str, ResponseRecord]] = []
 
-    def assign(self, viewer_id: str | None, forced_arm: str | None = None) -> ArmChoice:
+    def assign(self, viewer_id: str | None, forced_arm: str | None = None, **units: str | None) -> ArmChoice:
         return ArmChoice(experiment="exp", arm="a") if viewer_id else ArmChoice()
 
     def on_exposure(self, viewer_id: str, choice: ArmChoice, request_id: str, simulated: bool = False) -> None:

@@ -36,7 +36,14 @@ class LivestreamReplyRequest(_Request):
     include_reasoning: bool = False
     arm: str | None = Field(default=None, min_length=1, max_length=64)
     model: str | None = Field(default=None, min_length=1, max_length=256)
-    session_id: str | None = Field(default=None, max_length=256)
+    session_id: str | None = Field(
+        default=None, max_length=256, description="the viewer's session: experiments randomised by session hash it"
+    )
+    stream_id: str | None = Field(
+        default=None, min_length=1, max_length=256,
+        description="the livestream (room) the viewer watches: experiments randomised by stream hash it, since the "
+        "avatar's spoken reply reaches the whole room",
+    )
     seed: int | None = None
     temperature: float | None = Field(default=None, ge=0, le=2, description="the server's sampling.temperature if unset")
     stream: bool = Field(default=False, description="server-sent `plan`, `sentence` and `done` events, paced to speech")

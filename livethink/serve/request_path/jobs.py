@@ -139,8 +139,10 @@ class JobBuilder:
         return max(0, len(tokens.forced_end) - (opened[1] if opened else 0))
 
     # -- the request's settings ----------------------------------------------------------------------------
-    def _choose(self, viewer_id: str | None, forced_arm: str | None) -> ArmChoice:
-        return self.hooks.assign(viewer_id, forced_arm)
+    def _choose(
+        self, viewer_id: str | None, forced_arm: str | None, session_id: str | None = None, stream_id: str | None = None
+    ) -> ArmChoice:
+        return self.hooks.assign(viewer_id, forced_arm, session_id=session_id, stream_id=stream_id)
 
     def _check_model(self, model: str, param: str = "model") -> str:
         if model not in self.engine_keys:
@@ -178,7 +180,7 @@ class JobBuilder:
     ) -> Job:
         """``arrival``: when the request reached the server (monotonic); the deadline counts from there."""
         arrival = arrival or time.monotonic()
-        choice = self._choose(body.viewer_id, body.arm)
+        choice = self._choose(body.viewer_id, body.arm, body.session_id, body.stream_id)
         model = self._check_model(body.model or choice.variant or self.config.default_model)
         deadline = self._deadline(body.deadline_ms, choice, "livestream", body.deadline_at, arrival)
         rid = f"live-{uuid.uuid4().hex}"
