@@ -10,15 +10,12 @@ import httpx
 import pytest
 
 from livethink.serve.api.access import request_id_from
-from livethink.serve.api.app import create_app
 from livethink.serve.telemetry.access_log import JsonFormatter
 from tests.support.serve import (
     LIVE_BODY,
-    ServerThread,
     SlowEngine,
-    engine_set,
     load_tokenizer,
-    make_config,
+    serve_engine,
     tiny_student_dir,
 )
 
@@ -28,7 +25,7 @@ pytestmark = [pytest.mark.timing, pytest.mark.timeout(120)]
 @pytest.fixture(scope="module")
 def server():
     engine = SlowEngine(load_tokenizer(tiny_student_dir()), token_s=0.001)
-    srv = ServerThread(create_app(make_config(tiny_student_dir()), engine_set(engine)))
+    srv = serve_engine(engine)
     yield srv
     srv.close()
 

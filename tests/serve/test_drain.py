@@ -15,18 +15,16 @@ import httpx
 import pytest
 import uvicorn
 
-from livethink.serve.api.app import create_app
 from livethink.serve.api.drain import Drain
 from livethink.serve.cli import DrainingServer
 from livethink.server_process import ServerProcess, free_port
 from tests.support.serve import (
     LIVE_BODY,
     ROOT,
-    ServerThread,
     SlowEngine,
-    engine_set,
     load_tokenizer,
     make_config,
+    serve_engine,
     tiny_student_dir,
 )
 
@@ -64,7 +62,7 @@ def test_draining_server_signals():
 
 def test_gate_refuses_new_requests_and_lets_in_flight_ones_finish():
     engine = SlowEngine(load_tokenizer(tiny_student_dir()), think_words=30, token_s=0.02)
-    server = ServerThread(create_app(make_config(tiny_student_dir()), engine_set(engine, 4)))
+    server = serve_engine(engine, 4)
     drain: Drain = server.app.state.drain
     try:
         out: dict[str, httpx.Response] = {}

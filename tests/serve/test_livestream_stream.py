@@ -12,14 +12,12 @@ import httpx
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from livethink.serve.api.app import create_app
 from tests.support.serve import (
     LIVE_BODY,
     ServerThread,
     SlowEngine,
-    engine_set,
     load_tokenizer,
-    make_config,
+    serve_engine,
     tiny_student_dir,
 )
 
@@ -38,7 +36,7 @@ def serve(tokenizer):
 
     def start(engine: SlowEngine | None = None, **overrides):
         engine = engine or SlowEngine(tokenizer)
-        server = ServerThread(create_app(make_config(tiny_student_dir(), **overrides), engine_set(engine)))
+        server = serve_engine(engine, **overrides)
         servers.append(server)
         return server, engine
 
@@ -50,7 +48,7 @@ def serve(tokenizer):
 @pytest.fixture(scope="module")
 def shared(tokenizer):
     engine = SlowEngine(tokenizer)
-    server = ServerThread(create_app(make_config(tiny_student_dir()), engine_set(engine)))
+    server = serve_engine(engine)
     yield server, engine
     server.close()
 

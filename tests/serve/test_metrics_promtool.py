@@ -14,15 +14,12 @@ import pytest
 import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
-from livethink.serve.api.app import create_app
 from tests.support.serve import (
     LIVE_BODY,
     ROOT,
-    ServerThread,
     SlowEngine,
-    engine_set,
     load_tokenizer,
-    make_config,
+    serve_engine,
     tiny_student_dir,
 )
 
@@ -35,7 +32,7 @@ PROMQL_WORDS = {"sum", "rate", "increase", "by", "max", "min", "avg", "le", "his
 @pytest.fixture(scope="module")
 def metrics_text():
     engine = SlowEngine(load_tokenizer(tiny_student_dir()), think_words=2, token_s=0.001)
-    server = ServerThread(create_app(make_config(tiny_student_dir()), engine_set(engine, 4)))
+    server = serve_engine(engine, 4)
     try:
         with httpx.Client(timeout=10) as client:
             assert client.post(f"{server.url}/v1/livestream/reply", json=LIVE_BODY).status_code == 200

@@ -12,15 +12,14 @@ import openai
 import pytest
 from langchain_openai import ChatOpenAI
 
-from livethink.serve.api.app import create_app
 from livethink.serve.protocol import FALLBACK_FINGERPRINT, OPENAI_UNSUPPORTED, SYSTEM_FINGERPRINT
 from tests.support.serve import (
     LIVE_BODY,
     ServerThread,
     SlowEngine,
-    engine_set,
     load_tokenizer,
     make_config,
+    serve_engine,
     tiny_student_dir,
 )
 
@@ -34,7 +33,7 @@ HTTP = httpx.Client(timeout=10)
 def served():
     tokenizer = load_tokenizer(tiny_student_dir())
     engine = SlowEngine(tokenizer, token_s=0.001, think_words=5, reply=LONG_REPLY)
-    server = ServerThread(create_app(make_config(tiny_student_dir()), engine_set(engine)))
+    server = serve_engine(engine)
     yield server, engine
     server.close()
 
@@ -183,7 +182,7 @@ def test_a_fallback_is_visible_to_a_standard_client(tmp_path):
     """An engine with nothing usable before the deadline: the fallback reply carries the fallback fingerprint."""
     tokenizer = load_tokenizer(tiny_student_dir())
     engine = SlowEngine(tokenizer, token_s=0.05, think_words=1000, ignore_budget=True)
-    server = ServerThread(create_app(make_config(tiny_student_dir()), engine_set(engine)))
+    server = serve_engine(engine)
     try:
         r = client(server).chat.completions.create(model="rft", messages=MSG, extra_body={"deadline_ms": 400})
         assert r.model_extra["livethink"]["fallback"] is True

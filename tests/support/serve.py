@@ -249,6 +249,13 @@ def engine_set(engine: Any, capacity: int = 4, model: str = "rft") -> EngineSet:
     return EngineSet({model: engine}, {model: model}, {model: capacity})
 
 
+def serve_engine(engine: Any, capacity: int = 4, **overrides: Any) -> ServerThread:
+    """The server on real loopback HTTP over ``engine`` (the tiny student's config, with ``overrides``)."""
+    from livethink.serve.api.app import create_app
+
+    return ServerThread(create_app(make_config(tiny_student_dir(), **overrides), engine_set(engine, capacity)))
+
+
 def load_tokenizer(path: Path) -> Any:
     from transformers import AutoTokenizer
 

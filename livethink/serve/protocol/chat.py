@@ -10,25 +10,6 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validat
 
 from livethink.serve.protocol.common import LivethinkFlags, Text, _Request
 
-__all__ = [
-    "AssistantMessage",
-    "ChatChoice",
-    "ChatCompletion",
-    "ChatCompletionChunk",
-    "ChatCompletionRequest",
-    "ChatMessage",
-    "ChatTemplateKwargs",
-    "ChunkChoice",
-    "ChunkDelta",
-    "CompletionTokensDetails",
-    "FALLBACK_FINGERPRINT",
-    "OPENAI_UNSUPPORTED",
-    "SYSTEM_FINGERPRINT",
-    "StreamOptions",
-    "TextPart",
-    "Usage",
-]
-
 
 class TextPart(_Request):
     type: Literal["text"]

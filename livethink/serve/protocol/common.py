@@ -7,8 +7,6 @@ from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["BudgetOut", "ErrorDetail", "ErrorResponse", "LivethinkFlags", "Text", "Timings", "TokenCounts"]
-
 Text = Annotated[str, Field(max_length=200_000)]
 
 

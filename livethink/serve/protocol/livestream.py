@@ -10,16 +10,6 @@ from pydantic import BaseModel, Field, RootModel, ValidationInfo, field_validato
 from livethink.data.schema import ProductDoc, Turn
 from livethink.serve.protocol.common import LivethinkFlags, Timings, TokenCounts, _Request
 
-__all__ = [
-    "LivestreamDoneEvent",
-    "LivestreamEvent",
-    "LivestreamPlanEvent",
-    "LivestreamReplyRequest",
-    "LivestreamReplyResponse",
-    "LivestreamSentenceEvent",
-    "StreamTimings",
-]
-
 
 class LivestreamReplyRequest(_Request):
     """``POST /v1/livestream/reply``: a viewer's question about the products on stream."""

@@ -6,20 +6,6 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = [
-    "AdminStatus",
-    "BelowFloor",
-    "EngineState",
-    "ExperimentSummary",
-    "Health",
-    "Liveness",
-    "ModelCard",
-    "ModelList",
-    "OutcomeAck",
-    "VersionInfo",
-    "model_card",
-]
-
 
 class ModelCard(BaseModel):
     """One entry of ``GET /v1/models``; served variants add their engine and thinking floor."""

@@ -52,8 +52,6 @@ class Job:
     t_cut: float | None = None  # monotonic: the planned hard cut, when generation was cut there
     min_thinking: int = 0  # the model's thinking floor for this request (``quality.required_thinking``)
     quality_fallback: bool = False  # admitted to the fallback reply: the floor did not fit the deadline
-    # the reply may use what the caller's max_tokens leaves after thinking (chat), not only the reply reserve
-    reply_fills_max_tokens: bool = False
     # a streamed livestream reply (``stream: true``): sentences paced to speech at this rate (words per second)
     stream: bool = False
     speech_rate_wps: float = 2.5
@@ -65,6 +63,12 @@ class Job:
     @property
     def labels(self) -> tuple[str, str, str]:
         return self.endpoint, arm_label(self.choice.arm), self.model
+
+    @property
+    def reply_fills_max_tokens(self) -> bool:
+        """The reply may use what the caller's ``max_tokens`` leaves after thinking (OpenAI's chat contract), not
+        only the reply reserve."""
+        return self.endpoint == "chat"
 
     @property
     def reply_key(self) -> str:
@@ -275,5 +279,4 @@ class JobBuilder:
             max_thinking=max_thinking,
             reply_reserve=reserve,
             simulated=simulated,
-            reply_fills_max_tokens=True,
         )
