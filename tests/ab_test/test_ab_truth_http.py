@@ -126,7 +126,9 @@ def test_ab_log_tells_what_each_viewer_got(server) -> None:
     assert abs(log["calm"]["latency_ms"]["p50"] - client["calm"]["answered_p50_ms"]) < 40.0
     # ... where every response unfiltered (what the log said before) makes the refusing arm look fast
     rows = store.fetch("truth", "response", ["arm", "latency_ms"])
-    unfiltered = np.percentile([ms for arm, ms in rows if arm == "busy"], 50)
+    # (its lower quartile: with about half the responses refused at once, the unfiltered median sits on the edge
+    # between the refusals and the fastest answers, and moves with the exact refused share)
+    unfiltered = np.percentile([ms for arm, ms in rows if arm == "busy"], 25)
     assert unfiltered < log["busy"]["latency_ms"]["p50"] - 50
     assert gap < abs(unfiltered - client["busy"]["answered_p50_ms"]) / 2
     # goodput per arm from the log equals the simulator's own count, and so does every category
