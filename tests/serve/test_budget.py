@@ -291,6 +291,28 @@ def test_engines_sharing_a_device_count_each_others_load():
     assert apart.load("a", apart.queue_state("a")) == 1 and apart.running_load("a") == 0
 
 
+def test_a_request_is_filed_at_the_mean_load_it_ran_under(monkeypatch):
+    """A request starts alone at t=0 and ends alone at t=10, while three others ran beside it from t=2 to t=6
+    (and a request on the device's other engine from t=4 to t=8): its load is the time-weighted mean,
+    (1·10 + 3·4 + 1·4) / 10 = 2.6 on a shared device and (10 + 12) / 10 = 2.2 on its own, not 1."""
+    clock = {"t": 0.0}
+    monkeypatch.setattr("livethink.serve.budget.slots.time.monotonic", lambda: clock["t"])
+    shared = BudgetController(POLICY, {"a": 8, "b": 8}, shared_compute=True)
+    apart = BudgetController(POLICY, {"a": 8, "b": 8})
+    for c in (shared, apart):
+        clock["t"] = 0.0
+        c.queues["a"].running = 1
+        start = c.busy_area("a", 0.0)
+        for t, a, b in [(2.0, 4, 0), (4.0, 4, 1), (6.0, 1, 1), (8.0, 1, 0)]:
+            clock["t"] = t
+            c.queues["a"].running, c.queues["b"].running = a, b
+        clock["t"] = 10.0
+        assert c.running_load("a") == 1
+    assert shared.mean_load("a", 0.0, 0.0, now=10.0) == pytest.approx(2.6)
+    assert apart.mean_load("a", start, 0.0, now=10.0) == pytest.approx(2.2)
+    assert apart.mean_load("a", 0.0, 10.0, now=10.0) == 1.0  # no time elapsed: the load now
+
+
 def test_the_idle_estimate_survives_a_burst_in_the_controller():
     """Issue of the lock-out, end to end in the controller: idle 8.5 ms, a burst at 8 running requests at 15 ms,
     then an idle request at 2,500 ms: the floor of 192 thinking tokens fits again."""

@@ -233,6 +233,20 @@ class BudgetController:
         load."""
         return self.queues[engine].running + extra + self.others(engine)
 
+    def busy_area(self, engine: str, now: float | None = None) -> float:
+        """∫ of ``running_load(engine)`` over time so far (request-seconds; ``mean_load`` takes two readings)."""
+        names = self.queues if self.shared_compute else [engine]
+        return sum(self.queues[name].busy_area(now) for name in names)
+
+    def mean_load(self, engine: str, area_start: float, t_start: float, now: float | None = None) -> float:
+        """The time-weighted mean load on ``engine`` (and the engines sharing its device) since ``t_start``, when
+        ``busy_area`` read ``area_start``: the load a request that ran over that interval was measured under. A
+        request that started and ended alone while a burst came and went ran at the burst's load, not at 1."""
+        now = time.monotonic() if now is None else now
+        if now - t_start <= 1e-6:
+            return float(self.running_load(engine))
+        return max(1.0, (self.busy_area(engine, now) - area_start) / (now - t_start))
+
     def estimates(
         self,
         engine: str,

@@ -28,9 +28,28 @@ class SlotQueue:
             raise ValueError(f"max_concurrency must be >= 1, got {capacity}")
         self.max_capacity = capacity
         self.capacity = capacity if start is None else max(1, min(capacity, start))  # slots open now
-        self.running = 0
+        self._running = 0
+        self._area = 0.0  # ∫ running dt up to ``_since`` (request-seconds)
+        self._since = time.monotonic()
         self._waiters: collections.deque[asyncio.Future] = collections.deque()
         self._reserved: dict[str, float] = {}  # request id -> monotonic time the reservation lapses
+
+    @property
+    def running(self) -> int:
+        """Requests holding a slot now."""
+        return self._running
+
+    @running.setter
+    def running(self, n: int) -> None:
+        now = time.monotonic()
+        self._area += self._running * (now - self._since)
+        self._since, self._running = now, n
+
+    def busy_area(self, now: float | None = None) -> float:
+        """∫ running dt since the queue was made (request-seconds): the mean load over an interval is the
+        difference of two readings divided by its length."""
+        now = time.monotonic() if now is None else now
+        return self._area + self._running * max(0.0, now - self._since)
 
     @property
     def waiting(self) -> int:

@@ -41,13 +41,14 @@ class Accounting:
     model_of: Callable[[str], str]  # engine key -> its model (the gauges' label)
 
     # -- what the controller learns ------------------------------------------------------------------------
-    def observe_stream(self, job: Job, t_start: float, p: Progress, load_start: int, load_end: int) -> None:
-        """One generation's first-token and per-token times, at the load it ran under."""
+    def observe_stream(self, job: Job, t_start: float, p: Progress, load: float) -> None:
+        """One generation's first-token and per-token times, at the load it ran under (its time-weighted mean,
+        ``BudgetController.mean_load``)."""
         ttft, tpot = stream_timing(t_start, p.t_first, p.first_tokens, p.t_last, p.tokens)
         service = (p.t_last or time.monotonic()) - t_start
         self.controller.observe(
             job.engine_key,
-            load=(load_start + max(load_end, 1)) / 2,
+            load=load,
             ttft_s=ttft,
             tpot_s=tpot,
             service_s=service,

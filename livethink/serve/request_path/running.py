@@ -271,7 +271,7 @@ class Runner:
         cut = True  # unless generation ends by itself
         if got:
             m.in_flight.labels(job.model).inc()
-            load_start = self.controller.running_load(job.engine_key)
+            area_start = self.controller.busy_area(job.engine_key, t_start)
             try:
                 plan = self.admission.plan(job, t_start, QueueState(queue.running - 1, 0, queue.capacity))
                 action = self.admission.below_floor_action(job, plan)
@@ -306,8 +306,8 @@ class Runner:
                             producer.cancel()
                         with contextlib.suppress(BaseException):
                             await producer
-                        load_end = self.controller.running_load(job.engine_key)
-                        self.accounting.observe_stream(job, t_start, progress, load_start, load_end)
+                        load = self.controller.mean_load(job.engine_key, area_start, t_start)
+                        self.accounting.observe_stream(job, t_start, progress, load)
                     if isinstance(item.status, BaseException):
                         self.accounting.failed(job)
                         raise item.status
