@@ -97,7 +97,7 @@ def eval_one(args) -> int:
     tasks = tasks[: args.eval_n] if args.eval_n else tasks
     start = time.perf_counter()
     caps = parse_caps(args.thinking_caps) if args.thinking_caps else ()
-    result, samples, completions = evaluate_model(args.eval_one, tasks, RubricJudge(), engine=args.engine,
+    result, samples, completions, _ = evaluate_model(args.eval_one, tasks, RubricJudge(), engine=args.engine,
                                                   max_tokens=args.eval_max_tokens, latency_probes=args.latency_probes,
                                                   name=args.eval_name, calculator=args.calculator, thinking_caps=caps)
     result["eval_wall_s"] = round(time.perf_counter() - start, 1)

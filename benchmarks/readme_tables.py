@@ -168,6 +168,47 @@ def budget_training_summary(report: Report) -> list[str]:
             f"{floor64}, every target on {every} (95%: {_num(100 * passed.low, 0)}–{_num(100 * passed.high, 0)}%)."]
 
 
+# -- the make demo students on holdout ---------------------------------------------------------------------
+HOLDOUT_CAPS = (0, 32, 64, 128, 256)
+
+
+def holdout_students(report: Report) -> list[str]:
+    """Teacher, RFT student and served student on holdout as served: correct, helpful and false-claim shares
+    (Clopper–Pearson 95%), tokens, the validation floor, and correct at a few thinking caps."""
+    def cell(c: dict[str, Any]) -> str:
+        return f"{_pct(c['mean'])}{_bracket(c['low'], c['high'], scale=100)}"
+
+    caps = [c for c in HOLDOUT_CAPS if c in report["caps"]]
+    t = report["teacher"]
+    lines = ["| model | correct [95%] | helpful [95%] | false claim [95%] | tokens | floor |", "|---|---:|---:|---:|---:|---:|",
+             f"| scripted teacher | {cell(t['correct'])} | {cell(t['helpful'])} | {cell(t['false_claim'])} | "
+             f"{t['tokens']:.1f} | – |"]
+    for m in report["models"]:
+        lines.append(f"| {m['name']} | {cell(m['correct'])} | {cell(m['helpful'])} | {cell(m['false_claim'])} | "
+                     f"{m['tokens']:.1f} | {m['floor_validation']} |")
+    lines += ["", "| correct at thinking cap | " + " | ".join(str(c) for c in caps) + " |", "|---|" + "---:|" * len(caps)]
+    for m in report["models"]:
+        lines.append(f"| {m['name']} | " + " | ".join(cell(m["correct_at_cap"][str(c)]) for c in caps) + " |")
+    return lines
+
+
+def holdout_students_summary(report: Report) -> list[str]:
+    """One sentence: the served student against RFT at a 64-token cap and uncapped (paired), and its targets."""
+    d64, d = report["paired"]["64"], report["paired"]["uncapped"]
+    met = [name for name, t in report["targets"].items() if t["met"]]
+
+    def diff(x: dict[str, Any]) -> str:
+        verdict = "an interval that excludes 0" if x["excludes_zero"] else "an interval that includes 0"
+        return (f"{_num(100 * x['difference'], sign=True)} points [{_num(100 * x['low'], sign=True)}, "
+                f"{_num(100 * x['high'], sign=True)}] ({verdict})")
+
+    return [f"{report['n_tasks']} holdout tasks, one `make demo` run (one stage-2 seed), every reply stopped "
+            f"{report['reply_reserve']} tokens after its think block as the server stops it, load average "
+            f"{report['load_before'][0]} before and {report['load_after'][0]} after. Served − RFT, paired on the same "
+            f"tasks: {diff(d64)} at a 64-token cap, {diff(d)} uncapped. Budget targets met: {len(met)} of "
+            f"{len(report['targets'])} ({', '.join(met) or 'none'})."]
+
+
 # -- serving ---------------------------------------------------------------------------------------------
 def serve_goodput(report: Report) -> list[str]:
     """Goodput against the deadline: each served model unloaded and at the sweep's rate, and plain vLLM."""
@@ -273,6 +314,8 @@ BLOCKS: dict[str, tuple[tuple[str, ...], Callable[..., list[str]]]] = {
     "compression_brief": (("compression.json",), compression_brief),
     "budget_training": (("budget_training.json",), budget_training),
     "budget_training_summary": (("budget_training.json",), budget_training_summary),
+    "holdout_students": (("holdout_students.json",), holdout_students),
+    "holdout_students_summary": (("holdout_students.json",), holdout_students_summary),
     "serve_goodput": (("serve_load.json",), serve_goodput),
     "serve_summary": (("serve_load.json", "serve_recovery.json"), serve_summary),
     "ab_checks": (("ab_assignment.json", "ab_ingest.json", "replica_scaling.json", "ab_power.json"), ab_checks),

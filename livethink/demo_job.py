@@ -163,7 +163,7 @@ STEPS: list[Step] = [
         lambda s: (s.runs / "eval" / "eval.json").is_file(),
         lambda s: _livethink("eval", "--model", str(s.rft / "final"), "--name", "rft-student",
                              "--model", str(s.served / "final"), "--name", f"{s.variant}-student",
-                             "--teacher", "scripted", *_rft_teacher_options(), "--data", str(s.data), "--split", "test",
+                             "--teacher", "scripted", *_rft_teacher_options(), "--data", str(s.data), "--split", "holdout",
                              "--limit", str(s.eval_limit), "--latency-probes", str(s.latency_probes),
                              "--engine", s.eval_engine, "--max-tokens", str(s.eval_max_tokens),
                              "--calculator", "--out", str(s.runs / "eval"),
@@ -299,12 +299,18 @@ def serve_and_show(settings: Settings, env: dict[str, str], port: int, ui_port: 
         # closed loop, one viewer per arm's engine at a time: a rate the deployment sustains on 2 cores
         sim = subprocess.run(
             _livethink("ab", "simulate", "--base-url", server_url, "--experiment", "drpo_vs_rft",
-                       "--requests", str(settings.sim_requests), "--tasks", str(settings.data / "test.jsonl"),
+                       "--requests", str(settings.sim_requests), "--tasks", str(settings.data / "holdout.jsonl"),
                        "--concurrency", "2"), cwd=ROOT, env=env, stdout=subprocess.PIPE, text=True)
         if sim.returncode != 0:
             print(f"[demo] simulated viewers: exit code {sim.returncode} (the Experiment tab may be empty)", file=sys.stderr)
         else:
             report_stream(sim.stdout, settings.runs / "simulated_stream.json")
+            from livethink.eval.holdout_log import record_holdout_eval
+
+            record_holdout_eval("holdout", computed=["served goodput per arm (simulated viewers)"],
+                                models=[str(settings.rft / "final"), str(settings.served / "final")],
+                                n_tasks=settings.sim_requests, command="make demo: livethink ab simulate",
+                                extra={"out": str(settings.runs / "simulated_stream.json")})
         ui = subprocess.Popen(app_command(settings, server_url, ui_port), cwd=ROOT, env=env, start_new_session=True)
         children.append(ui)
         _wait_http(f"http://127.0.0.1:{ui_port}/", ui, 180)

@@ -126,13 +126,42 @@ def cut_index(prompt_ids: Sequence[int], output_ids: Sequence[int], cap: int, to
     return cut
 
 
+def served_reply_end(prompt_ids: Sequence[int], output_ids: Sequence[int], tokens: ForcingTokens,
+                     reply_reserve: int) -> int | None:
+    """Output index where the server stops a reply whose think block closed on its own, or None (not closed, or
+    the reply ends within its cap): ``reply_reserve`` tokens after the close delimiter, the tokens the model writes
+    after it (its own blank line) included. The server counts a reply so (``ThinkingGuard.reply_count``), whether
+    thinking was cut or not, so an evaluation of what is served stops there too."""
+    start = natural_reply_start(prompt_ids, output_ids, tokens)
+    if start is None:
+        return None
+    end = start + reply_reserve
+    return end if end < len(output_ids) else None
+
+
+def natural_reply_start(prompt_ids: Sequence[int], output_ids: Sequence[int], tokens: ForcingTokens) -> int | None:
+    """Output index just after the close delimiter the model wrote itself, or None (thinking not opened, or not
+    closed yet). A forced end is not a natural close: its close sits after the cut (``cut_index``)."""
+    opened = thinking_opened(prompt_ids, output_ids, tokens)
+    if opened is None:
+        return None
+    close = find(output_ids, tokens.close, opened[0])
+    return None if close < 0 else close + len(tokens.close)
+
+
 def next_forced_token(prompt_ids: Sequence[int], output_ids: Sequence[int], cap: int, tokens: ForcingTokens,
                       reply_reserve: int | None = None) -> int | None:
     """The token budget forcing writes next after ``output_ids`` (None: the model chooses): the forced end from
-    the cut on, and ``eos`` once the reply after it has used ``reply_reserve`` tokens."""
+    the cut on, and ``eos`` once the reply after it has used ``reply_reserve`` tokens; a think block that closed
+    on its own before the cap gets ``eos`` after ``reply_reserve`` reply tokens too (``served_reply_end``)."""
     cut = cut_index(prompt_ids, output_ids, cap, tokens)
     n = len(output_ids)
-    if cut is None or n < cut:
+    if cut is None:  # closed on its own before the cap: the reply stops where the server stops it
+        start = natural_reply_start(prompt_ids, output_ids, tokens)
+        if start is not None and reply_reserve is not None and tokens.eos is not None and n == start + reply_reserve:
+            return tokens.eos
+        return None
+    if n < cut:
         return None
     if n < cut + len(tokens.forced_end):
         if list(output_ids[cut:n]) != list(tokens.forced_end[: n - cut]):
@@ -151,8 +180,14 @@ def forced_mask(prompt_ids: Sequence[int], completion_ids: Sequence[int], cap: i
     if cap is None:
         return mask
     cut = cut_index(prompt_ids, completion_ids, cap, tokens)
-    end = None if cut is None else cut + len(tokens.forced_end)
-    if cut is None or list(completion_ids[cut:end]) != list(tokens.forced_end):
+    if cut is None:  # closed on its own: only the EOS that stopped the reply at its reserve was forced
+        start = natural_reply_start(prompt_ids, completion_ids, tokens)
+        eos_at = None if start is None or reply_reserve is None else start + reply_reserve
+        if eos_at is not None and eos_at < len(completion_ids) and completion_ids[eos_at] == tokens.eos:
+            mask[eos_at] = True
+        return mask
+    end = cut + len(tokens.forced_end)
+    if list(completion_ids[cut:end]) != list(tokens.forced_end):
         return mask
     for i in range(cut, end):
         mask[i] = True

@@ -18,6 +18,7 @@ from livethink.cli_args import FlagParser
 from livethink.data.budget_forcing import REPLY_RESERVE
 from livethink.data.io import read_tasks
 from livethink.eval.harness import judge_completions, model_result, token_counter
+from livethink.eval.metrics import sample_dicts
 from livethink.eval.report import write_report
 from livethink.eval.thinking_curve import DEFAULT_CAPS
 from livethink.option_ranges import option_type
@@ -71,15 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=option_type(int, Ge(0)), default=0)
     p.add_argument("--thinking-caps", nargs="?", const=",".join(map(str, DEFAULT_CAPS)),
                    help="correctness against the thinking cap, budget-forced in token space as the server forces it, "
-                   "and the model's minimum thinking budget, saved beside the checkpoint; alone: the caps "
+                   "and the model's minimum thinking budget (saved beside the checkpoint from validation only); "
+                   "alone: the caps "
                    f"{','.join(map(str, DEFAULT_CAPS))} (and uncapped), or a list such as 0,16,32")
     p.add_argument("--reply-reserve", type=option_type(int, Ge(1)), default=REPLY_RESERVE,
-                   help="reply tokens after a forced end of thinking in the cap curve: the server's "
+                   help="reply tokens after the think block, forced or not, as the server caps a reply: its "
                    f"budget.reply_reserve (default {REPLY_RESERVE}, the server's default)")
     p.add_argument("--min-thinking-ratio", type=option_type(float, Gt(0), Le(1)), default=0.9,
                    help="the minimum thinking budget keeps this share of the uncapped correctness (default 0.9)")
-    p.add_argument("--calibration-out", help="where the thinking calibration goes (default: "
-                   "<model>/thinking_calibration.json; with several models, a directory)")
+    p.add_argument("--calibration-out", help="where the thinking calibration goes (default: on validation, "
+                   "<model>/thinking_calibration.json, the floor the server reads; on another split, "
+                   "<out>/thinking_curves/<name>; with several models, a directory)")
     p.add_argument("--out", default="runs/eval")
     p.add_argument("--note", help="a sentence shown at the top of the report (e.g. what the run is for)")
     return p
@@ -147,9 +150,11 @@ def main(argv: list[str] | None = None) -> int:
                                         opener_rate=args.teacher_opener_rate))
     completions_dir = Path(args.out) / "completions"
     completions_dir.mkdir(parents=True, exist_ok=True)
+    samples_dir = Path(args.out) / "samples"
+    samples_dir.mkdir(parents=True, exist_ok=True)
     for i, model_dir in enumerate(args.model):
         name = args.name[i] if args.name else Path(model_dir).name
-        result, _, completions = evaluate_model(model_dir, tasks, judge, args.engine, args.max_tokens, args.latency_probes, name,
+        result, samples, completions, per_cap = evaluate_model(model_dir, tasks, judge, args.engine, args.max_tokens, args.latency_probes, name,
                                                  calculator=args.calculator, device=args.device, dtype=args.dtype,
                                                  batch_size=args.batch_size,
                                                  thinking_caps=caps, min_thinking_ratio=args.min_thinking_ratio,
@@ -161,8 +166,13 @@ def main(argv: list[str] | None = None) -> int:
             if args.calibration_out and len(args.model) > 1:
                 target = Path(args.calibration_out) / name.replace("/", "_")
                 target.mkdir(parents=True, exist_ok=True)
-            else:
-                target = Path(args.calibration_out or Path(model_dir) / CALIBRATION_FILE)
+            elif args.calibration_out:
+                target = Path(args.calibration_out)
+            elif args.split == "validation":  # the floor the server reads: chosen on validation only
+                target = Path(model_dir) / CALIBRATION_FILE
+            else:  # a curve on test or holdout is a figure, never the served floor
+                target = Path(args.out) / "thinking_curves" / name.replace("/", "_")
+                target.mkdir(parents=True, exist_ok=True)
             result["thinking_curve"]["saved_to"] = str(save_curve(ThinkingCurve(**{
                 **data, "caps": tuple(data["caps"]), "correct": tuple(data["correct"]),
                 "helpful": tuple(data["helpful"])}), target))
@@ -170,6 +180,11 @@ def main(argv: list[str] | None = None) -> int:
         with (completions_dir / f"{name.replace('/', '_')}.jsonl").open("w") as fh:
             for task_id, (text, finish) in completions.items():
                 fh.write(json.dumps({"task_id": task_id, "completion": text, "finish_reason": finish}) + "\n")
+        # per-task verdicts, uncapped (cap null) and at each thinking cap: what paired comparisons read
+        with (samples_dir / f"{name.replace('/', '_')}.jsonl").open("w") as fh:
+            for cap, rows in [(None, samples), *per_cap.items()]:
+                for row in sample_dicts(rows):
+                    fh.write(json.dumps({"cap": cap, **row}) + "\n")
     meta = {"command": "livethink eval " + shlex.join(argv if argv is not None else sys.argv[1:]), "split": args.split,
             "n_tasks": len(tasks), "data": args.data, "judge": args.judge, "note": args.note}
     md = write_report(results, args.out, "livethink eval", meta)

@@ -5,9 +5,9 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from livethink.data.budget_forcing import REPLY_RESERVE, ForcingTokens, forced_continuation
+from livethink.data.budget_forcing import REPLY_RESERVE, ForcingTokens, forced_continuation, served_reply_end
 from livethink.data.prompt import completion_prefix
 from livethink.data.reasoning_format import THINK, ReasoningFormat
 from livethink.data.schema import Task
@@ -42,8 +42,37 @@ def judge_completions(
             text = THINK.format_completion(parsed.reasoning, parsed.reply) if parsed.closed else parsed.reply
         verdict = judge.score(task, text)
         evals.append(SampleEval(task.id, task.kind, verdict.correct, verdict.helpful,
-                                count_tokens(parsed.reasoning), count_tokens(parsed.reply), finish))
+                                count_tokens(parsed.reasoning), count_tokens(parsed.reply), finish,
+                                len(verdict.details.get("claims") or ()), len(verdict.details.get("unsupported") or ())))
     return evals
+
+
+def served_completions(generator, generations: Sequence[Generation], reply_reserve: int) -> dict[str, tuple[str, str]]:
+    """task id -> (completion, finish reason) as the server serves it: a reply after a think block that closed on
+    its own stops ``reply_reserve`` tokens after the close (``served_reply_end``; finish ``length``), as the server
+    stops it; everything else as generated. A model that does not think is served as generated."""
+    fmt = generator.reasoning_format
+    out = {g.task_id: (g.completion, g.finish_reason) for g in generations}
+    if not fmt.thinks:
+        return out
+    tokens = ForcingTokens.of(generator.tokenizer, fmt)
+    prefix = completion_prefix(fmt, True)
+    for g in generations:
+        end = served_reply_end(g.prompt_ids, g.token_ids, tokens, reply_reserve)
+        if end is not None:
+            out[g.task_id] = (prefix + generator.tokenizer.decode(list(g.token_ids[:end]), skip_special_tokens=True),
+                              "length")
+    return out
+
+
+class ModelEval(NamedTuple):
+    """One model's evaluation: the report's entry, the judged samples as served (uncapped), the served
+    completions (task id -> (text, finish reason)) and the judged samples at each thinking cap."""
+
+    result: dict[str, Any]
+    samples: list[SampleEval]
+    completions: dict[str, tuple[str, str]]
+    per_cap: dict[int, list[SampleEval]]
 
 
 def model_result(name: str, samples: Sequence[SampleEval], active_params: int | None,
@@ -73,8 +102,9 @@ def evaluate_model(
     thinking_caps: Sequence[int] = (),
     min_thinking_ratio: float = 0.9,
     reply_reserve: int = REPLY_RESERVE,
-) -> tuple[dict[str, Any], list[SampleEval], dict[str, tuple[str, str]]]:
-    """Greedy generation on ``tasks``, judged; latency probed one request at a time on the first few tasks.
+) -> ModelEval:
+    """Greedy generation on ``tasks``, judged as served (``served_completions``: the reply capped at
+    ``reply_reserve`` tokens after the think block, as the server caps it); latency probed one request at a time on the first few tasks.
     ``calculator``: calculator-assisted decoding (see ``livethink.calculator``). ``device`` / ``dtype``: the
     transformers engine's, and its prompts per ``generate`` call (``make_generator``). ``thinking_caps``: also measure correctness against the thinking
     cap (budget forcing as the server does it, the reply given ``reply_reserve`` tokens) and the minimum thinking
@@ -91,7 +121,7 @@ def evaluate_model(
         probes = generator.probe_latency(tasks[:latency_probes], max_tokens=max_tokens) if latency_probes else []
         count = token_counter(generator.tokenizer)
         fmt = generator.reasoning_format
-        completions = {g.task_id: (g.completion, g.finish_reason) for g in generations}
+        completions = served_completions(generator, generations, reply_reserve)
         if thinking_caps and not fmt.thinks:
             log.warning("%s does not think (reasoning format %s): no thinking-cap curve", model_dir, fmt.describe())
         per_cap = (thinking_curve_eval(generator, tasks, generations, judge, thinking_caps, reply_reserve)
@@ -113,7 +143,7 @@ def evaluate_model(
                             [share(ss, "helpful") for _, ss in per_cap], share(samples, "correct"),
                             share(samples, "helpful"), min_thinking_ratio, len(tasks), reply_reserve=reply_reserve)
         result["thinking_curve"] = curve.to_json()
-    return result, samples, completions
+    return ModelEval(result, samples, completions, dict(per_cap))
 
 
 def thinking_cap_prompts(
@@ -151,10 +181,11 @@ def thinking_curve_eval(
     count = token_counter(generator.tokenizer)
     prefix = completion_prefix(fmt, True)
     by_id = {g.task_id: g for g in generations}
+    served = served_completions(generator, generations, reply_reserve)
     out = []
     for cap in caps:
         cut, kept = thinking_cap_prompts(generations, cap, tokens)
-        capped = {task_id: (by_id[task_id].completion, by_id[task_id].finish_reason) for task_id in kept}
+        capped = {task_id: served[task_id] for task_id in kept}
         if cut:
             ids = list(cut)
             replies = generator.continue_from([cut[i] for i in ids], max_tokens=reply_reserve)

@@ -18,6 +18,8 @@ class SampleEval:
     reasoning_tokens: int
     reply_tokens: int
     finish_reason: str = "stop"
+    false_claims: int = 0  # claims in the reply that the product docs contradict (the judge's ``claims``)
+    unsupported_claims: int = 0  # claims the docs do not support (the judge's ``unsupported``)
 
     @property
     def total_tokens(self) -> int:
@@ -55,6 +57,8 @@ def summarize(samples: Sequence[SampleEval], active_params: int | None = None) -
         "reply_tokens": round(statistics.fmean(s.reply_tokens for s in samples), 1),
         "total_tokens": round(mean_total, 1),
         "truncated_rate": round(sum(s.finish_reason == "length" for s in samples) / n, 4),
+        "false_claim_rate": round(sum(s.false_claims > 0 for s in samples) / n, 4),
+        "unsupported_claim_rate": round(sum(s.unsupported_claims > 0 for s in samples) / n, 4),
         "decode_gflops_per_reply": None if flops is None else round(flops / 1e9, 4),
     }
 

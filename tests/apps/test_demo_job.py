@@ -87,7 +87,8 @@ def test_calibrate_step_saves_each_students_thinking_floor_from_validation(tmp_p
     assert names.index("calibrate") == names.index("eval") + 1  # before the server reads the floors
     settings = Settings.make(False, tmp_path)
     command = _step("calibrate").command(settings)
-    assert _option(command, "--split") == "validation"  # never the test split the eval reports on
+    assert _option(command, "--split") == "validation"  # never the split the eval reports on
+    assert _option(_step("eval").command(settings), "--split") == "holdout"  # the demo's figures: held out
     assert _option(command, "--thinking-caps").split(",")[0] == "0"
     models = [command[i + 1] for i, arg in enumerate(command) if arg == "--model"]
     assert models == [str(settings.rft / "final"), str(settings.served / "final")]

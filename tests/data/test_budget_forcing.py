@@ -15,6 +15,7 @@ from livethink.data.budget_forcing import (
     forced_mask,
     next_forced_token,
     rfind,
+    served_reply_end,
     thinking_opened,
 )
 
@@ -60,6 +61,9 @@ def test_next_forced_token_writes_the_forced_end_then_eos_after_the_reserve():
     assert next_forced_token(PREFILLED, out, 4, T) is None  # no reserve: the reply goes on
     assert next_forced_token(PREFILLED, [7, 7], 4, T) is None  # before the cap: the model chooses
     assert next_forced_token(PREFILLED, [7, 2, 5], 4, T) is None  # closed on its own
+    # closed on its own before the cap: the reply stops at its reserve after the close, as the server stops it
+    assert next_forced_token(PREFILLED, [7, 2, 5], 4, T, reply_reserve=2) is None
+    assert next_forced_token(PREFILLED, [7, 2, 5, 6], 4, T, reply_reserve=2) == 0
 
 
 def test_banned_token_stops_the_model_opening_thinking_again():
@@ -79,6 +83,9 @@ def test_forced_mask_replays_a_finished_completion():
     assert forced_mask(PREFILLED, completion, 4, T, reply_reserve=2) == [False] * 3 + [True] * 4 + [False] * 2 + [True]
     assert forced_mask(PREFILLED, completion, None, T) == [False] * 10
     assert forced_mask(PREFILLED, [7, 2, 9, 9, 5, 0], 4, T) == [False] * 6  # ended thinking itself
+    # ... and the reply stopped at its reserve of 3 after the close: that EOS was forced, nothing else
+    assert forced_mask(PREFILLED, [7, 2, 9, 9, 5, 0], 4, T, reply_reserve=3) == [False] * 5 + [True]
+    assert forced_mask(PREFILLED, [7, 2, 9, 0], 4, T, reply_reserve=3) == [False] * 4  # ended by itself earlier
     assert forced_mask(PREFILLED, [7, 7, 0], 4, T) == [False] * 3  # EOS inside thinking before the cap
 
 
@@ -102,3 +109,14 @@ def test_forcing_tokens_from_a_tokenizer_and_json_round_trip():
     assert tokens == T and ForcingTokens.from_json(tokens.to_json()) == T
     with pytest.raises(ValueError, match="does not think"):
         ForcingTokens.of(Tok(), ReasoningFormat("", ""))
+
+
+def test_served_reply_end_stops_a_naturally_closed_reply_at_its_reserve():
+    # prefilled prompt; thinking [7, 7], close at output index 2, then the model's blank line and the reply:
+    # a reserve of 3 keeps [9, 9, 40] (the blank line counts, as the server counts it) and stops before 41
+    out = [7, 7, 2, 9, 9, 40, 41, 42]
+    assert served_reply_end(PREFILLED, out, T, 3) == 6
+    assert served_reply_end(PREFILLED, out, T, 5) is None  # the reply ends within its reserve: as generated
+    assert served_reply_end(PREFILLED, out[:2], T, 3) is None  # never closed (cut rows are forced elsewhere)
+    assert served_reply_end(PLAIN, [1, 7, 2, 40, 41], T, 1) == 4  # the model opened thinking itself
+    assert served_reply_end(PLAIN, [40, 41, 42], T, 1) is None  # no thinking: nothing to count from
