@@ -97,6 +97,11 @@ class CapDistribution:
         return [cap for cap in caps for _ in range(group_size)]
 
 
+NO_CUT = 1 << 30
+"""A thinking cap no completion reaches: the forcing rule without a cut (the served reply's reserve and the ban on a
+second think block still hold)."""
+
+
 @dataclass
 class CapSampler:
     """Draws each rollout's cap and remembers the last draw, which the trainer reads back to mask the forced
@@ -112,9 +117,19 @@ class CapSampler:
     active: bool = False
     last: list[int | None] = field(default_factory=list)
 
+    drawn_active: bool = False
+
     def draw(self, n: int) -> list[int | None]:
+        """The caps of ``n`` rollouts (None: uncut); returns ``forcing_caps()``, what the forcing rule runs with."""
         self.last = self.distribution.draw(n, self.generator, self.group_size) if self.active else [None] * n
-        return self.last
+        self.drawn_active = self.active
+        return self.forcing_caps()
+
+    def forcing_caps(self) -> list[int | None]:
+        """Per row of the last draw, the cap the forcing rule runs with: a training row drawn uncut runs with
+        ``NO_CUT``, so its reply is served as the server serves one (it stops ``reply_reserve`` tokens after the
+        think block, and thinking is not opened twice); rows drawn while inactive are left alone (None)."""
+        return [NO_CUT if cap is None and self.drawn_active else cap for cap in self.last]
 
     def request_args(self, cap: int) -> dict[str, Any]:
         """What one vLLM request carries in ``SamplingParams.extra_args`` (``REQUEST_KEY``)."""
@@ -125,7 +140,7 @@ class CapSampler:
         if len(self.last) != len(completions):
             raise RuntimeError(f"budget forcing: {len(self.last)} caps drawn for {len(completions)} completions")
         return [forced_mask(p, c, cap, self.tokens, self.reply_reserve)
-                for p, c, cap in zip(prompts, completions, self.last, strict=True)]
+                for p, c, cap in zip(prompts, completions, self.forcing_caps(), strict=True)]
 
 
 class BudgetForcingLogitsProcessor(LogitsProcessor):

@@ -109,7 +109,7 @@ class GRPOVariantConfig(DecoupledOptions, TailBatchingOptions, JudgeFields, *opt
     budget_ttft_ms: NonNegativeFloat = field(default=50.0, metadata={"help": "auto caps: its time to first token"})
     budget_overhead_ms: NonNegativeFloat = field(default=50.0, metadata={
         "help": "auto caps: the server's margin_ms + finalize_ms"})
-    budget_reply_reserve: PositiveInt = field(default=48, metadata={"help": "tokens the reply gets after a cut (the server's "
+    budget_reply_reserve: PositiveInt = field(default=48, metadata={"help": "tokens the reply gets after the think block, cut or not (the server's "
                                                                     "budget.reply_reserve)"})
     # rollouts on CPU
     vllm_cpu_kvcache_gb: PositiveInt = field(default=1, metadata={"help": "VLLM_CPU_KVCACHE_SPACE for colocated vLLM on CPU"})

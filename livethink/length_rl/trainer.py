@@ -190,7 +190,8 @@ class LengthRLTrainer(GRPOHooks):
         keep = 1 - forced
         output["tool_mask"] = keep if "tool_mask" not in output else output["tool_mask"] * keep
         caps = [c for c in self.budget_sampler.last if c is not None]
-        self.log_metric("budget/cut_share", float((forced.sum(dim=1) > 0).float().mean()))
+        cut = forced.sum(dim=1) >= len(self.budget_sampler.tokens.forced_end)  # a served EOS alone is not a cut
+        self.log_metric("budget/cut_share", float(cut.float().mean()))
         self.log_metric("budget/cap_mean", float(sum(caps) / len(caps)) if caps else float("nan"))
 
     # ----- helpers the variants use

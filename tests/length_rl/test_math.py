@@ -313,6 +313,23 @@ def test_budget_caps_drawn_per_group_or_per_completion():
         dist.draw(6, torch.Generator(), group_size=4)
 
 
+def test_an_uncut_training_row_is_served_with_the_reply_reserve_and_no_second_think_block():
+    from livethink.data.budget_forcing import ForcingTokens
+    from livethink.length_rl.budget_rollouts import NO_CUT, CapDistribution, CapSampler
+
+    tokens = ForcingTokens(start=(1,), close=(2,), forced_end=(9, 2, 9, 9), eos=0)
+    sampler = CapSampler(CapDistribution.parse("choice:8", auto_high=0, uncapped_share=0.99), tokens, 2,
+                         torch.Generator().manual_seed(0))
+    assert sampler.draw(2) == [None, None]  # inactive (evaluation rollouts): left alone
+    sampler.active = True
+    assert sampler.draw(2) == [NO_CUT, NO_CUT] and sampler.last == [None, None]
+    sampler.active = False  # the masks are read after the rollouts: the draw's state counts
+    prompt = [50, 1, 9]
+    # thinking closed on its own, then 2 reply tokens and the EOS the reserve forced; a completion that ended
+    # earlier by itself has nothing forced
+    assert sampler.masks([prompt, prompt], [[7, 2, 5, 6, 0], [7, 2, 5, 0]]) == [[False] * 4 + [True], [False] * 4]
+
+
 def test_a_forcing_step_forces_the_cut_and_bans_a_second_think_block():
     from livethink.data.budget_forcing import ForcingTokens
     from livethink.length_rl.budget_rollouts import forcing_step
