@@ -19,7 +19,7 @@ def _rows(correct: list[int], tokens: int, claims: list[int] | None = None) -> d
     claims = claims or [0] * len(correct)
     return {f"t{i}": {"task_id": f"t{i}", "correct": bool(c), "helpful": bool(c), "false_claims": k,
                       "unsupported_claims": 0, "total_tokens": tokens, "reasoning_tokens": tokens - 10,
-                      "reply_tokens": 10, "finish_reason": "stop"} for i, (c, k) in enumerate(zip(correct, claims))}
+                      "reply_tokens": 10, "finish_reason": "stop"} for i, (c, k) in enumerate(zip(correct, claims, strict=True))}
 
 
 def test_model_row_paired_and_targets_on_hand_made_samples(tmp_path: Path):
