@@ -28,7 +28,7 @@ from livethink.cli_args import FlagParser
 ROOT = Path(__file__).resolve().parent.parent
 THINKING_CAPS = "0,32,64,96,128,192"  # the thinking caps each student is calibrated at (validation split)
 QUICK_NOTICE = ("Quick run: it checks the plumbing (data, RFT, GRPO, eval, server, A/B, app), not quality. "
-                "Its students trained for about a minute on 1,000 prompts: expect wrong replies, cut at the token cap. "
+                "Its students trained briefly on 300 prompts: expect wrong replies, cut at the token cap. "
                 "Run `make demo` for trained students.")
 
 
@@ -58,8 +58,8 @@ class Settings:
     calibration_limit: int = 120  # validation tasks per thinking cap: each student's minimum thinking budget
     # torch intra-op threads of each batch step (OMP_NUM_THREADS; None: torch's default, one per core). Quick: 1.
     # OpenMP's barriers wait for every thread: with any other process on the cores, each op waits for a
-    # descheduled thread (a decoding step 30x slower, an SFT step 14x). On idle cores the full run's SFT gains from
-    # the second thread (an SFT step took 1.4-1.9 s on one thread, 0.6 s on two), so it keeps torch's default.
+    # descheduled thread (decoding and SFT steps many times slower). On idle cores the full run's SFT gains from
+    # the second thread, so it keeps torch's default.
     torch_threads: int | None = None
 
     @classmethod

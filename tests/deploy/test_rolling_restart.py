@@ -1,5 +1,5 @@
 """``python -m livethink.replicas --rolling-restart`` signals the set running under ``--workdir`` (SIGHUP to the pid
-in its pid file), whose main loop then calls ``ReplicaSet.rolling_restart`` (measured in docs/replicas.md)."""
+in its pid file), whose main loop then calls ``ReplicaSet.rolling_restart`` (docs/replicas.md)."""
 
 from __future__ import annotations
 
