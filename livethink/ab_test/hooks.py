@@ -11,9 +11,9 @@ Typical use in the FastAPI app::
     h.on_response(viewer_id, a.arm, ResponseRecord(latency_ms=..., tokens=..., deadline_met=...), request_id=rid)
     # POST /v1/ab/outcomes, body model OutcomeIn (FastAPI answers 422 naming the field):
     ack = await arecord_outcome(hooks, body)         # after commit; UnknownExperimentError -> 404
-    # GET /v1/ab/experiments/{name}:
-    experiment_summary(store, name)                  # UnknownExperimentError -> 404
-    hooks.close()                                    # flush the shared writer, close the store
+    # GET /v1/ab/experiments/{name}, computed in a worker process (``summary_worker``), cached max_age_s:
+    summary = await h.asummary()                     # or h.summary(); UnknownExperimentError -> 404
+    hooks.close()                                    # stop the summary worker, flush the shared writer, close the store
 
 Every ``on_*`` returns a ``Future[Ack]`` that resolves after the event is durably committed (or None when
 nothing is logged, e.g. the viewer is not in the experiment). The types the server programs against
@@ -41,6 +41,7 @@ from livethink.ab_test.events import OutcomeIn, check_declared, validate_outcome
 from livethink.ab_test.experiment import Experiment, load_experiments
 from livethink.ab_test.serving import SIMULATED_HEADER, ArmSettings, ExperimentHooksProtocol, ResponseRecord
 from livethink.ab_test.store import Ack, EventStore
+from livethink.ab_test.summary_worker import SummaryWorker
 from livethink.ab_test.writer import BatchWriter
 
 log = logging.getLogger(__name__)
@@ -56,11 +57,15 @@ def _outcome(payload: OutcomeIn | dict[str, Any]) -> OutcomeIn:
 
 
 class ExperimentHooks:
-    """``ExperimentHooksProtocol`` backed by livethink's event store (SQLite/PostgreSQL)."""
+    """``ExperimentHooksProtocol`` backed by livethink's event store (SQLite/PostgreSQL).
+
+    ``writer`` and ``summaries`` may be shared by the hooks of several experiments of one store (``open_hooks``);
+    by default each hooks object has its own, closed by ``close()``."""
 
     def __init__(
-        self, experiment: Experiment, store: EventStore | str | Path, *, writer: BatchWriter | None = None
-    ):
+        self, experiment: Experiment, store: EventStore | str | Path, *, writer: BatchWriter | None = None,
+        summaries: SummaryWorker | None = None,
+    ):  # fmt: skip
         self.experiment = experiment
         self.name = experiment.name
         self._own_store = not isinstance(store, EventStore)
@@ -68,6 +73,8 @@ class ExperimentHooks:
         self.store.register_experiment(experiment)
         self._own_writer = writer is None
         self.writer = writer or BatchWriter(self.store)
+        self._own_summaries = summaries is None
+        self.summaries = summaries or SummaryWorker(self.store, compute_summary)
         self._assigner = Assigner(experiment)
 
     def assign(self, viewer_id: str, now: float | None = None, *, unit_id: str | None = None) -> Assignment:
@@ -147,9 +154,17 @@ class ExperimentHooks:
         return await self.writer.asubmit(self._own(outcome).to_event())
 
     def summary(self, max_age_s: float = 5.0) -> dict[str, Any]:
-        return experiment_summary(self.store, self.name, max_age_s=max_age_s)
+        """The live summary (``compact_summary``), computed in the summary worker's process and cached
+        ``max_age_s``; blocks this thread (not the interpreter) until it is ready. ``SummaryError`` on failure."""
+        return self.summaries.submit(self.name, max_age_s).result()
+
+    async def asummary(self, max_age_s: float = 5.0) -> dict[str, Any]:
+        """Async ``summary``: the event loop awaits the worker's future and does none of the analysis."""
+        return await asyncio.wrap_future(self.summaries.submit(self.name, max_age_s))
 
     def close(self) -> None:
+        if self._own_summaries:
+            self.summaries.close()
         if self._own_writer:
             self.writer.close()
         if self._own_store:
@@ -157,16 +172,18 @@ class ExperimentHooks:
 
 
 class HookSet(dict[str, ExperimentHooksProtocol]):
-    """The hooks of several experiments (by name) and the write path they share: ``health()`` reports it,
-    ``close()`` closes every hook, then the shared writer (it flushes into the store), then the store."""
+    """The hooks of several experiments (by name) and the write path and summary worker they share: ``health()``
+    reports the write path, ``close()`` closes every hook, then the summary worker, then the shared writer (it
+    flushes into the store), then the store."""
 
     def __init__(
         self, hooks: Iterable[ExperimentHooksProtocol], *, writer: BatchWriter | None = None,
-        store: EventStore | None = None,
+        store: EventStore | None = None, summaries: SummaryWorker | None = None,
     ):  # fmt: skip
         super().__init__((h.name, h) for h in hooks)
         self.writer = writer
         self.store = store
+        self.summaries = summaries
 
     def health(self) -> dict[str, Any] | None:
         """State of the shared write path (degraded store, spool use, replay counts); None without a writer."""
@@ -175,7 +192,7 @@ class HookSet(dict[str, ExperimentHooksProtocol]):
     def close(self) -> None:
         for h in self.values():
             h.close()
-        for part in (self.writer, self.store):
+        for part in (self.summaries, self.writer, self.store):
             if part is None:
                 continue
             try:
@@ -187,7 +204,8 @@ class HookSet(dict[str, ExperimentHooksProtocol]):
 def open_hooks(
     experiments: str | Path | Iterable[Experiment], store: EventStore | str | Path, **writer_kwargs: Any
 ) -> HookSet:
-    """Hooks for every experiment of a YAML file (or list), sharing one store and one batching writer."""
+    """Hooks for every experiment of a YAML file (or list), sharing one store, one batching writer and one
+    summary worker (one child process computes the live summaries of all of them)."""
     exps = (
         list(load_experiments(experiments).values())
         if isinstance(experiments, str | Path)
@@ -195,7 +213,11 @@ def open_hooks(
     )
     st = store if isinstance(store, EventStore) else EventStore(store)
     writer = BatchWriter(st, **writer_kwargs)
-    return HookSet((ExperimentHooks(e, st, writer=writer) for e in exps), writer=writer, store=st)
+    summaries = SummaryWorker(st, compute_summary)
+    return HookSet(
+        (ExperimentHooks(e, st, writer=writer, summaries=summaries) for e in exps),
+        writer=writer, store=st, summaries=summaries,
+    )  # fmt: skip
 
 
 def _route(hooks: Mapping[str, ExperimentHooksProtocol], payload: OutcomeIn | dict[str, Any]) -> tuple[
@@ -230,16 +252,21 @@ _cache: dict[tuple[str, str], tuple[float, dict[str, Any]]] = {}
 _cache_lock = threading.Lock()
 
 
+def compute_summary(store: EventStore, name: str) -> dict[str, Any]:
+    """The live summary of ``name``, computed now (what the summary worker runs); unknown → UnknownExperimentError."""
+    return compact_summary(analyze(store, name).summary)
+
+
 def experiment_summary(store: EventStore, name: str, *, max_age_s: float = 5.0) -> dict[str, Any]:
-    """Live summary for ``GET /v1/ab/experiments/{name}`` (cached ``max_age_s``); unknown → UnknownExperimentError."""
+    """Live summary of ``name`` computed in this thread (cached ``max_age_s``); unknown → UnknownExperimentError.
+    The server's hooks compute it in a worker process instead (``ExperimentHooks.summary``)."""
     key = (store.url, name)
     now = time.monotonic()
     with _cache_lock:
         hit = _cache.get(key)
         if hit is not None and now - hit[0] <= max_age_s:
             return hit[1]
-    full = analyze(store, name).summary
-    out = compact_summary(full)
+    out = compute_summary(store, name)
     with _cache_lock:
         _cache[key] = (now, out)
     return out
@@ -311,6 +338,7 @@ __all__ = [
     "ResponseRecord",
     "arecord_outcome",
     "compact_summary",
+    "compute_summary",
     "experiment_summary",
     "open_hooks",
     "record_outcome",

@@ -343,7 +343,10 @@ def create_app(
     )
     @guard
     async def ab_summary(request: Request, name: str) -> dict[str, Any]:
-        return await asyncio.to_thread(service(request).hooks.summary, name)
+        hooks = service(request).hooks
+        if hasattr(hooks, "asummary"):  # computed off the serving process (livethink.ab_test.summary_worker)
+            return await hooks.asummary(name)
+        return await asyncio.to_thread(hooks.summary, name)
 
     @app.get(
         "/v1/admin/status",

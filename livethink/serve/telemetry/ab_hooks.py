@@ -15,6 +15,7 @@ so an exposure logged before a reply survives a ``kill -9`` of the server; ``hea
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
 import logging
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from livethink.ab_test.assignment import Assignment
     from livethink.ab_test.events import OutcomeIn
     from livethink.ab_test.hooks import HookSet
+    from livethink.ab_test.serving import ExperimentHooksProtocol
     from livethink.ab_test.store import Ack
 
 log = logging.getLogger(__name__)
@@ -258,12 +260,23 @@ class ABTestHooks:
 
     def summary(self, name: str) -> dict[str, Any]:
         with client_errors("name"):
-            h = self.experiments.get(name)
-            if h is None:
-                raise UnknownExperimentError(
-                    f"experiment: unknown experiment {name!r} (known: {sorted(self.experiments)})"
-                )
-            return h.summary()
+            return self._experiment(name).summary()
+
+    async def asummary(self, name: str) -> dict[str, Any]:
+        """Async ``summary``: awaits an experiment's ``asummary`` (computed in a worker process, nothing on the
+        event loop); an experiment without one is summarised in a thread."""
+        with client_errors("name"):
+            h = self._experiment(name)
+            if hasattr(h, "asummary"):
+                return await h.asummary()
+        return await asyncio.to_thread(self.summary, name)
+
+    def _experiment(self, name: str) -> ExperimentHooksProtocol:
+        h = self.experiments.get(name)
+        if h is None:
+            known = sorted(self.experiments)
+            raise UnknownExperimentError(f"experiment: unknown experiment {name!r} (known: {known})")
+        return h
 
     def arms(self) -> dict[str, list[str]]:
         return {name: list(h.arm_names()) for name, h in self.experiments.items()}
