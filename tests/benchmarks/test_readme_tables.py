@@ -15,7 +15,7 @@ _spec = importlib.util.spec_from_file_location("readme_tables", ROOT / "benchmar
 tables = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tables)
 
-README_BLOCKS = ("stage1", "compression_brief", "budget_training", "budget_training_summary", "serve_goodput",
+README_BLOCKS = ("holdout_students", "holdout_students_summary", "compression_brief", "serve_goodput",
                  "serve_summary", "ab_checks", "training")
 
 
