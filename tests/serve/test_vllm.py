@@ -131,8 +131,14 @@ def test_client_disconnect_frees_the_engine(server, http):
     assert 'livethink_engine_aborts_total{model="rft",reason="disconnect"}' in http.get("/metrics").text
 
 
-def test_overload_gets_429_and_no_request_hangs(server):
-    deadline = 400
+REFERENCE_TPOT_MS = 10.0  # the idle per-token time 400 ms was chosen for (the tiny student on 2 quiet cores)
+
+
+def test_overload_gets_429_and_no_request_hangs(server, http):
+    # 400 ms at the reference speed; a slower engine (a loaded CI machine) gets a proportionally longer deadline,
+    # so that the measured burst still mixes answers and refusals instead of testing the machine's speed
+    idle_ms = _status(http)["controller"]["rft"]["idle_tpot_ms"]
+    deadline = max(400, round(400 * idle_ms / REFERENCE_TPOT_MS))
 
     async def stamp(request: httpx.Request) -> None:
         request.extensions["t_sent"] = time.monotonic()  # when httpx hands the request to the transport
@@ -162,7 +168,7 @@ def test_overload_gets_429_and_no_request_hangs(server):
     assert set(codes) <= {200, 429}
     reasons = sorted({r.json()["error"]["message"] for r, _ in results
                       if r.status_code == 429})  # fmt: skip
-    assert codes.count(429) > 0 and codes.count(200) > 0, reasons
+    assert codes.count(429) > 0 and codes.count(200) > 0, (deadline, idle_ms, reasons)
     assert all(int(r.headers["Retry-After"]) >= 1 for r, _ in results if r.status_code == 429)
     server_ms = [r.json()["timings"]["e2e_ms"] for r, _ in results if r.status_code == 200]
     assert max(server_ms) <= deadline, server_ms  # arrival at the app -> answer, measured by the server
