@@ -103,6 +103,7 @@ def server(tmp_path: Path):
     hooks.close()
 
 
+@pytest.mark.timing  # compares the server's clock with the client's: at normal priority (tests/conftest.py)
 def test_ab_log_tells_what_each_viewer_got(server) -> None:
     srv, hooks = server
     # the client in its own process, as a viewer's is: its interpreter does not share the server's
