@@ -308,6 +308,42 @@ def rollouts(report: Report) -> list[str]:
     return lines
 
 
+def vllm_bench(bench: Report) -> list[str]:
+    """vLLM's benchmark client against the deployment: failures and its median TTFT beside the server's own."""
+    rows = ["| arm, load | requests | failed | `vllm bench serve` median TTFT | server's first token (median) | "
+            "difference | target |", "|---|---:|---:|---:|---:|---:|---|"]
+    for r in bench["rows"]:
+        rows.append(f"| {r['arm']}, {r['load']} | {r['num_prompts']} | {r['failed']} | "
+                    f"{r['median_ttft_ms_vllm_bench']:.1f} ms | {r['median_first_token_ms_server']:.1f} ms | "
+                    f"{_num(r['median_difference_ms'], sign=True)} ms | {'met' if r['target_met'] else 'missed'} |")
+    load = f"load average {bench['loadavg_before'][0]:g} before and {bench['loadavg_after'][0]:g} after"
+    return [*rows, "", f"`{bench['command']}`, {load}, {bench['wall_s']:.0f} s."]
+
+
+def llm_judge(report: Report) -> list[str]:
+    """The LLM judge's false-accept rate per probe kind beside the rubric's, and its κ with the rubric."""
+    meta, llm, rubric = report["meta"], report["probes"]["llm"], report["probes"]["rubric"]
+    rows = ["| kind | n | LLM judge: C = 1 | rubric: C = 1 |", "|---|---:|---:|---:|"]
+    for kind, row in llm.items():
+        if row["n"]:
+            rows.append(f"| {kind} | {row['n']} | {_pct(row['C1_rate'])} [{100 * row['C1_ci95'][0]:.1f}, "
+                        f"{100 * row['C1_ci95'][1]:.1f}] | {_pct(rubric[kind]['C1_rate'])} |")
+    out = [*rows, ""]
+    agreement = report.get("agreement")
+    if agreement:
+        parts = []
+        for name in ("C", "H"):
+            k = agreement[name]
+            parts.append(f"{name}: κ {k['kappa']:.3f} [{k['kappa_ci95'][0]:.3f}, {k['kappa_ci95'][1]:.3f}], "
+                         f"raw agreement {_pct(k['agreement'])}" if k["kappa"] is not None
+                         else f"{name}: κ undefined ({k['note']})")
+        out.append(f"Agreement with the rubric on {agreement['C']['n']} student replies ({meta['split']}): "
+                   + "; ".join(parts) + ".")
+    out.append(f"{report['verdict']} `{meta['command']}`, {meta['wall_s']:.0f} s, load average "
+               f"{meta['loadavg_before'][0]:g} before and {meta['loadavg_after'][0]:g} after.")
+    return out
+
+
 BLOCKS: dict[str, tuple[tuple[str, ...], Callable[..., list[str]]]] = {
     "stage1": (("teacher_quality.json", "compression.json"), stage1),
     "compression": (("compression.json",), compression),
@@ -318,6 +354,8 @@ BLOCKS: dict[str, tuple[tuple[str, ...], Callable[..., list[str]]]] = {
     "holdout_students_summary": (("holdout_students.json",), holdout_students_summary),
     "serve_goodput": (("serve_load.json",), serve_goodput),
     "serve_summary": (("serve_load.json", "serve_recovery.json"), serve_summary),
+    "vllm_bench": (("vllm_bench.json",), vllm_bench),
+    "llm_judge": (("llm_judge_probes.json",), llm_judge),
     "ab_checks": (("ab_assignment.json", "ab_ingest.json", "replica_scaling.json", "ab_power.json"), ab_checks),
     "rollouts": (("rollouts.json",), rollouts),
     "rollouts_gpu": (("rollouts_gpu.json",), rollouts),

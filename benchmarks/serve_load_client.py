@@ -23,10 +23,11 @@ from livethink.server_process import LOOPBACK, ServerProcess, free_port
 
 
 # -- servers ----------------------------------------------------------------------------------------------
-def livethink_server(sets: list[str], workdir: Path, tag: str) -> ServerProcess:
+def livethink_server(sets: list[str], workdir: Path, tag: str, log_level: str = "warning",
+                     log_format: str = "text") -> ServerProcess:
     port = free_port(LOOPBACK)
     argv = [sys.executable, "-m", "livethink.serve.cli", "--config", str(ROOT / "configs/tiny/serve.yaml"),
-            "--host", LOOPBACK, "--port", str(port), "--set", "server.log_level=warning"]
+            "--host", LOOPBACK, "--port", str(port), "--log-level", log_level, "--log-format", log_format]
     for s in sets:
         argv += ["--set", s]
     return ServerProcess(argv, port=port, log_path=workdir / f"{tag}.log", ready_path="/health", host=LOOPBACK,

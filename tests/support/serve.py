@@ -82,7 +82,7 @@ class ServerThread:
 class CLIServer(ServerProcess):
     """``python -m livethink.serve.cli --config X`` in a subprocess (vLLM needs a real ``__main__``)."""
 
-    def __init__(self, config: dict[str, Any], workdir: Path, startup_timeout: float = 240.0):
+    def __init__(self, config: dict[str, Any], workdir: Path, startup_timeout: float = 240.0, log_format: str = "text"):
         path = workdir / "serve.yaml"
         path.write_text(yaml.safe_dump(config))
         env = {
@@ -93,7 +93,8 @@ class CLIServer(ServerProcess):
         }
         port = free_port()
         super().__init__(
-            [sys.executable, "-m", "livethink.serve.cli", "--config", str(path), "--port", str(port)],
+            [sys.executable, "-m", "livethink.serve.cli", "--config", str(path), "--port", str(port),
+             "--log-format", log_format],
             port=port,
             log_path=workdir / "server.log",
             ready_path="/health",

@@ -138,7 +138,10 @@ async def sse_chunks(
     try:
         async for item in svc.run(job):
             if isinstance(item, Piece):
-                if item.phase == "reply":
+                if not item.text:  # the first engine output, held back (a think tag): the role chunk goes now
+                    if not role_sent:
+                        yield role()
+                elif item.phase == "reply":
                     sent_reply = True
                     yield (role() if not role_sent else "") + chunk({"content": item.text})
                 elif include_reasoning:

@@ -81,12 +81,15 @@ class Progress:
     t_first_reply: float | None = None
 
     def take(self, delta: Delta, now: float) -> list[Piece]:
+        """The pieces of text ``delta`` completes. The first engine output always gives one: an empty piece
+        when the splitter holds its text back (a think tag), so a stream's first chunk leaves with it."""
+        first = bool(delta.tokens) and self.t_first is None
         if delta.tokens:
             self.tokens += delta.tokens
             if self.splitter.phase == "reasoning":
                 self.thinking_seen += delta.tokens
             self.t_last = now
-            if self.t_first is None:
+            if first:
                 self.t_first, self.first_tokens = now, delta.tokens
         self.forced = self.forced or delta.forced_end_of_thinking
         if delta.finish_reason is not None:
@@ -94,7 +97,8 @@ class Progress:
             if delta.thinking_tokens is not None:
                 self.thinking_tokens = delta.thinking_tokens
         self.raw += delta.text
-        return self._pieces(self.splitter.feed(delta.text), now)
+        pieces = self._pieces(self.splitter.feed(delta.text), now)
+        return pieces if pieces or not first else [Piece(self.splitter.phase, "")]
 
     def flush(self, now: float) -> list[Piece]:
         return self._pieces(self.splitter.flush(), now)
