@@ -134,3 +134,16 @@ def test_kv_cache_reaches_vllm_as_a_whole_number():
     assert kv_cache_env(4, {"VLLM_CPU_KVCACHE_SPACE": "2"}) == "2"  # the operator's variable wins
     with pytest.raises(ValueError, match=r"VLLM_CPU_KVCACHE_SPACE='1\.0'"):
         kv_cache_env(1, {"VLLM_CPU_KVCACHE_SPACE": "1.0"})
+
+
+def test_the_first_engine_output_gives_a_piece_even_when_the_splitter_holds_it_back():
+    """A stream's first chunk leaves with the first engine output: a think tag the splitter holds back still
+    gives one (empty) piece, and only the first output does."""
+    from livethink.serve.engines.base import Delta
+    from livethink.serve.request_path.generation import Piece, Progress
+
+    progress = Progress(ThinkSplitter(phase="reasoning"))
+    assert progress.take(Delta("<think>", 1), 1.0) == [Piece("reasoning", "")]
+    assert progress.t_first == 1.0 and progress.first_tokens == 1
+    assert progress.take(Delta("<", 1), 1.1) == []  # held back again, and not the first output
+    assert progress.take(Delta("/think>Hi.", 2), 1.2) == [Piece("reply", "Hi.")]
