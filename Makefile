@@ -15,7 +15,7 @@ export HF_DATASETS_OFFLINE = 1
 export TOKENIZERS_PARALLELISM = false
 export PIP_DISABLE_PIP_VERSION_CHECK = 1
 
-.PHONY: install demo test test-quick lint format clean chromium postgres haproxy promtool replicas
+.PHONY: install demo test test-quick lint format clean chromium espeak postgres haproxy promtool replicas
 
 $(PY):
 	$(PYTHON) -m venv $(VENV)
@@ -45,6 +45,13 @@ chromium:
 	@command -v chromium >/dev/null && command -v chromedriver >/dev/null || \
 	  { (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium chromium-driver >/dev/null) \
 	    || echo "warning: could not install chromium; browser tests will be skipped"; }
+
+# Debian's espeak-ng: the demo speaks each streamed sentence as the avatar would (skipped if present; without it
+# the demo shows the reply and says it cannot speak, and the speech tests are skipped).
+espeak:
+	@command -v espeak-ng >/dev/null || \
+	  { (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+	      espeak-ng >/dev/null) || echo "warning: could not install espeak-ng; the demo will not speak"; }
 
 # Debian's PostgreSQL (initdb, pg_ctl) and HAProxy for the A/B store and replica tests (skipped if present).
 # Unlike Chromium these are required: the tests that need them fail, never skip, when they are missing.
@@ -78,10 +85,10 @@ replicas: install postgres haproxy
 	  --experiments $(EXPERIMENTS) $(if $(DRPO),--set 'models.drpo={path: $(DRPO)}',) $(if $(STORE),--store $(STORE),) \
 	  $(REPLICA_ARGS)
 
-demo: install
+demo: install espeak
 	$(PY) -m livethink.demo_job $(if $(filter 1,$(QUICK)),--quick,) $(DEMO_ARGS)
 
-test: install chromium postgres haproxy promtool
+test: install chromium espeak postgres haproxy promtool
 	$(PY) -m ruff check livethink apps tests benchmarks
 	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup --durations=25 tests
 

@@ -24,6 +24,7 @@ from apps.demo.compression import build_compression_tab
 from apps.demo.experiment import build_experiment_tab
 from apps.demo.inputs import load_catalog
 from apps.demo.live import build_live_tab
+from apps.demo.speech import PLAYER_JS
 from livethink.demo_job import QUICK_NOTICE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
     port = args.port or _free_port(args.host)
     demo.queue(default_concurrency_limit=4)
     _, local_url, _ = demo.launch(server_name=args.host, server_port=port, prevent_thread_lock=True, quiet=True,
-                                  theme=theme(), css=CSS, ssr_mode=False, footer_links=[])  # fmt: skip
+                                  theme=theme(), css=CSS, js=PLAYER_JS, ssr_mode=False, footer_links=[])  # fmt: skip
     print(f"livethink demo: {local_url} (server {args.server_url})", flush=True)
     try:
         demo.block_thread()

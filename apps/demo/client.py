@@ -77,7 +77,7 @@ class ReplyRequest:
     arm: str | None = None
     model: str | None = None
 
-    def livestream_body(self) -> dict[str, Any]:
+    def livestream_body(self, stream: bool = False, speech_rate_wps: float | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
             "viewer_id": self.viewer_id,
             "question": self.question,
@@ -88,6 +88,10 @@ class ReplyRequest:
         for key in ("deadline_ms", "arm", "model"):
             if getattr(self, key) is not None:
                 body[key] = getattr(self, key)
+        if stream:
+            body["stream"] = True
+            if speech_rate_wps is not None:
+                body["speech_rate_wps"] = speech_rate_wps
         return body
 
     def messages(self) -> list[dict[str, str]]:
@@ -137,6 +141,7 @@ class ReplyResult:
     cut_at_deadline: bool = False
     finish_reason: str | None = None
     client_ms: float | None = None  # wall time seen by the demo (includes the HTTP round trip)
+    first_sentence_ms: float | None = None  # a streamed livestream reply's first sentence event
 
     @property
     def total_tokens(self) -> int | None:
@@ -151,6 +156,18 @@ class Delta:
 
     phase: str
     text: str
+
+
+@dataclass(frozen=True)
+class Sentence:
+    """A sentence of a streamed livestream reply (``event: sentence``): never retracted; ``at_ms`` from the
+    request's arrival (the server's clock), ``client_ms`` from the demo's request (its own clock)."""
+
+    index: int
+    text: str
+    at_ms: float
+    client_ms: float
+    fallback: bool = False
 
 
 @dataclass
@@ -221,6 +238,7 @@ def _result_from_livestream(d: dict[str, Any], client_ms: float) -> ReplyResult:
         cut_at_deadline=bool(d.get("cut_at_deadline")),
         finish_reason=d.get("finish_reason"),
         client_ms=round(client_ms, 1),
+        first_sentence_ms=t.get("first_sentence_ms"),
     )
 
 
@@ -337,6 +355,43 @@ class LivethinkClient:
         except httpx.HTTPError as exc:
             raise self._wrap(exc) from None
         yield _result_from_stream(state, (time.perf_counter() - t0) * 1000)
+
+    def speak_reply(self, req: ReplyRequest, speech_rate_wps: float | None = None) -> Iterator[Sentence | ReplyResult]:
+        """Stream the livestream reply as the avatar gets it (``POST /v1/livestream/reply`` with ``stream: true``,
+        SSE ``plan`` / ``sentence`` / ``done`` events): each ``Sentence`` as soon as it is decoded, then one
+        ``ReplyResult`` (its ``first_token_ms`` …; ``first_sentence_ms`` is the first ``Sentence``'s ``at_ms``)."""
+        t0 = time.perf_counter()
+        body = req.livestream_body(stream=True, speech_rate_wps=speech_rate_wps)
+        try:
+            with httpx.stream("POST", self.base_url + "/v1/livestream/reply", json=body, headers=self._headers(),
+                              timeout=self.timeout) as r:  # fmt: skip
+                if r.status_code >= 400:
+                    r.read()
+                    raise _error_from_response(r)
+                event = None
+                for line in r.iter_lines():
+                    if line.startswith("event:"):
+                        event = line[6:].strip()
+                        continue
+                    if not line.startswith("data:"):
+                        continue
+                    try:
+                        data = json.loads(line[5:].strip())
+                    except ValueError:
+                        raise ServerError("protocol", f"a stream event is not JSON: {line[:200]!r}") from None
+                    kind = event or data.get("event")
+                    if kind == "error" or "error" in data:
+                        err = data.get("error") if isinstance(data.get("error"), dict) else {"message": str(data)}
+                        raise ServerError("server", str(err.get("message", "stream failed")), None, err.get("param"))
+                    if kind == "sentence":
+                        yield Sentence(int(data["index"]), data["text"], float(data["at_ms"]),
+                                       (time.perf_counter() - t0) * 1000, bool(data.get("fallback")))
+                    elif kind == "done":
+                        yield _result_from_livestream(data, (time.perf_counter() - t0) * 1000)
+                        return
+        except httpx.HTTPError as exc:
+            raise self._wrap(exc) from None
+        raise ServerError("protocol", "the reply stream ended without its done event")
 
     @staticmethod
     def _chunk(data: str, state: _StreamState) -> Iterator[Delta]:

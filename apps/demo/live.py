@@ -1,9 +1,11 @@
 """The Live reply tab: ask a viewer question, watch arm A, arm B or both answer, with their latency numbers.
 
-The reply streams in (``POST /v1/chat/completions``, SSE) or comes in one piece (``POST /v1/livestream/reply``);
+The reply is spoken as the avatar would speak it (``POST /v1/livestream/reply`` with ``stream: true``: each
+sentence synthesised by ``espeak-ng`` as soon as it arrives and played in the page, ``apps.demo.speech``), or
+streams in as text (``POST /v1/chat/completions``, SSE), or comes in one piece (``POST /v1/livestream/reply``);
 the reasoning sits in a collapsible "Thinking…" message (Gradio ``ChatMessage`` metadata). Beside each reply:
-tokens, time to first token, end-to-end latency, whether the deadline was met, the arm and the model.
-With both arms the requests run one after the other, so each gets the server to itself.
+tokens, time to first token, first sentence and first sound, end-to-end latency, whether the deadline was met,
+the arm and the model. With both arms the requests run one after the other, so each gets the server to itself.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ from typing import Any
 
 import gradio as gr
 
-from apps.demo.client import Delta, LivethinkClient, ReplyRequest, ReplyResult, ServerError
+from apps.demo.client import Delta, LivethinkClient, ReplyRequest, ReplyResult, Sentence, ServerError
 from apps.demo.inputs import CatalogEntry, InputError, docs_for, parse_docs, parse_history, parse_question
+from apps.demo.speech import SpeechError, SpokenSentence, espeak_path, sentence_audio_html, synthesize
 from livethink.data.schema import Turn
 
 log = logging.getLogger(__name__)
@@ -92,6 +95,10 @@ class Panel:
     t_start: float = field(default_factory=time.monotonic)
     t_reply: float | None = None
     streamed: bool = False
+    t_ask: float = field(default_factory=time.monotonic)  # when Ask was pressed (first sound is timed from it)
+    side: str = "a"
+    spoken: list[SpokenSentence] = field(default_factory=list)
+    speech_error: str | None = None
 
     def messages(self) -> list[dict[str, Any]]:
         msgs: list[dict[str, Any]] = [
@@ -153,6 +160,9 @@ class Panel:
             ("Tokens", tokens),
             ("Time to first token", _ms(r.first_token_ms)),
             ("First reply token", _ms(r.first_reply_token_ms)),
+            *([("First sentence (server)", _ms(r.first_sentence_ms)),
+               ("First sound ready (after Ask)", _ms(self.spoken[0].ready_ms) if self.spoken else
+                f"– ({self.speech_error})" if self.speech_error else "–")] if r.first_sentence_ms is not None else []),
             ("End-to-end latency", _ms(r.e2e_ms)),
             ("Deadline", deadline),
             ("Queue", _ms(r.queue_ms)),
@@ -178,12 +188,35 @@ class Panel:
         return out
 
 
-def _run(client: LivethinkClient, panel: Panel, req: ReplyRequest, stream: bool) -> Iterator[None]:
+def _speak(client: LivethinkClient, panel: Panel, req: ReplyRequest) -> Iterator[None]:
+    """The avatar's way: sentence events, each synthesised and handed to the page as soon as it arrives."""
+    for item in client.speak_reply(req):
+        if isinstance(item, ReplyResult):
+            panel.result, panel.reasoning = item, item.reasoning
+            return
+        assert isinstance(item, Sentence)
+        if panel.state == "thinking":
+            panel.state, panel.t_reply = "replying", time.monotonic()
+        panel.reply += item.text
+        if panel.speech_error is None:
+            try:
+                wav = synthesize(item.text.strip())
+            except SpeechError as exc:
+                panel.speech_error = str(exc)
+            else:
+                key = f"{req.viewer_id}-{panel.side}-{panel.t_ask:.6f}-{item.index}"
+                panel.spoken.append(SpokenSentence(key, item.text.strip(), wav, (time.monotonic() - panel.t_ask) * 1000))
+        yield
+
+
+def _run(client: LivethinkClient, panel: Panel, req: ReplyRequest, stream: bool, speak: bool = False) -> Iterator[None]:
     """Drive one request, updating ``panel``; yields whenever the UI should refresh."""
-    panel.state, panel.t_start, panel.streamed = "thinking", time.monotonic(), stream
+    panel.state, panel.t_start, panel.streamed = "thinking", time.monotonic(), stream or speak
     yield
     try:
-        if not stream:
+        if speak:
+            yield from _speak(client, panel, req)
+        elif not stream:
             panel.result = client.reply(req)
             panel.reasoning, panel.reply = panel.result.reasoning, panel.result.reply
         else:
@@ -214,9 +247,11 @@ def _run(client: LivethinkClient, panel: Panel, req: ReplyRequest, stream: bool)
 
 def ask(client: LivethinkClient, targets: dict[str, Target], docs_text: str, question: str, history_text: str,
         viewer_id: str, mode: str, label_a: str, label_b: str, budget_ms: float,
-        stream: bool) -> Iterator[tuple[Any, ...]]:  # fmt: skip
-    """The Ask button: yields (chat A, stats A, chat B, stats B, status) as the replies come in."""
-    empty = ([], "", [], "")
+        stream: bool, speak: bool = False) -> Iterator[tuple[Any, ...]]:  # fmt: skip
+    """The Ask button: yields (chat A, stats A, speech A, chat B, stats B, speech B, status) as the replies come
+    in. ``speak``: the streamed livestream reply, each sentence spoken (``apps.demo.speech``)."""
+    t_ask = time.monotonic()
+    empty = ([], "", "", [], "", "")
     try:
         docs = parse_docs(docs_text)
         q = parse_question(question)
@@ -228,7 +263,7 @@ def ask(client: LivethinkClient, targets: dict[str, Target], docs_text: str, que
     panels: dict[str, Panel | None] = {"a": None, "b": None}
     for side, label in (("a", label_a), ("b", label_b)):
         if side in chosen:
-            panels[side] = Panel(targets.get(label) or Target(AUTO_LABEL), q, history)
+            panels[side] = Panel(targets.get(label) or Target(AUTO_LABEL), q, history, t_ask=t_ask, side=side)
     viewer = (viewer_id or "").strip() or f"demo-{uuid.uuid4().hex[:8]}"
 
     def view(status: str) -> tuple[Any, ...]:
@@ -236,11 +271,12 @@ def ask(client: LivethinkClient, targets: dict[str, Target], docs_text: str, que
         for side in ("a", "b"):
             p = panels[side]
             if p is None:
-                out += [gr.update(value=[], label=f"Arm {side.upper()}"), ""]
+                out += [gr.update(value=[], label=f"Arm {side.upper()}"), "", ""]
             else:
                 out += [
                     gr.update(value=p.messages(), label=f"Arm {side.upper()}: {p.target.label}"),
                     p.stats(),
+                    sentence_audio_html(side, p.spoken),
                 ]
         return (*out, status)
 
@@ -249,9 +285,11 @@ def ask(client: LivethinkClient, targets: dict[str, Target], docs_text: str, que
         panel = panels[side]
         assert panel is not None
         req = ReplyRequest(docs, q, history, viewer, int(budget_ms), panel.target.arm, panel.target.model)
-        for _ in _run(client, panel, req, stream):
+        for _ in _run(client, panel, req, stream, speak):
             yield view(f"{panel.target.label} is answering…")
     notes = [n for p in panels.values() if p is not None for n in p.notes()]
+    notes += [f"{p.target.label} was not spoken: {p.speech_error}" for p in panels.values()
+              if p is not None and p.speech_error]
     errors = [f"{p.target.label}: {p.error}" for p in panels.values() if p is not None and p.error]
     if errors:
         status = "⚠ " + " · ".join(errors)
@@ -300,15 +338,19 @@ def build_live_tab(client: LivethinkClient, catalog: list[CatalogEntry], catalog
             with gr.Row():
                 viewer = gr.Textbox("demo-viewer", label="Viewer id", elem_id="viewer")
                 stream = gr.Checkbox(True, label="Stream the reply", elem_id="stream")
+                speak = gr.Checkbox(espeak_path() is not None, label="Speak it (espeak-ng), sentence by sentence",
+                                    elem_id="speak")
             with gr.Row():
                 ask_btn = gr.Button("Ask", variant="primary", scale=2, elem_id="ask")
                 reconnect = gr.Button("Reconnect", scale=1, elem_id="reconnect")
     with gr.Row():
         with gr.Column(elem_id="panel-a") as col_a:
             chat_a = gr.Chatbot(label="Arm A", height=360, elem_id="chat-a")
+            speech_a = gr.HTML(elem_id="speech-a")
             stats_a = gr.Markdown(elem_id="stats-a")
         with gr.Column(elem_id="panel-b") as col_b:
             chat_b = gr.Chatbot(label="Arm B", height=360, elem_id="chat-b")
+            speech_b = gr.HTML(elem_id="speech-b")
             stats_b = gr.Markdown(elem_id="stats-b")
 
     def on_products(selected: list[str] | None) -> str:
@@ -334,8 +376,8 @@ def build_live_tab(client: LivethinkClient, catalog: list[CatalogEntry], catalog
     products.change(on_products, [products], [docs])
     mode.change(on_mode, [mode], [col_a, col_b])
     reconnect.click(on_reconnect, None, [targets_state, status, arm_a, arm_b])
-    inputs = [targets_state, docs, question, history, viewer, mode, arm_a, arm_b, budget, stream]
-    outputs = [chat_a, stats_a, chat_b, stats_b, status]
+    inputs = [targets_state, docs, question, history, viewer, mode, arm_a, arm_b, budget, stream, speak]
+    outputs = [chat_a, stats_a, speech_a, chat_b, stats_b, speech_b, status]
     ask_btn.click(on_ask, inputs, outputs)
     question.submit(on_ask, inputs, outputs)
     return {"status": status, "ask": ask_btn, "chat_a": chat_a, "chat_b": chat_b, "reconnect": on_reconnect,

@@ -22,7 +22,8 @@ from typing import Any
 BROWSERS = ("/usr/bin/chromium", "/usr/bin/chromium-browser")
 DRIVERS = ("/usr/bin/chromedriver", "/usr/lib/chromium/chromedriver")
 FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage")  # fmt: skip
+         "--disable-component-update", "--disable-sync", "--disable-dev-shm-usage",
+         "--autoplay-policy=no-user-gesture-required")  # fmt: skip  (the Live reply tab speaks)
 PAGE_HEIGHT_JS = """
 const els = [document.body, document.documentElement, ...document.querySelectorAll('.gradio-container, .main, .wrap')];
 return Math.max(...els.map(e => e.scrollHeight), ...els.map(e => e.getBoundingClientRect().bottom + window.scrollY));

@@ -4,6 +4,7 @@ compact and full A/B summaries, the Compression tab's files, and building the ap
 
 from __future__ import annotations
 
+import base64
 import json
 import re
 import time
@@ -12,7 +13,7 @@ from concurrent.futures import ThreadPoolExecutor
 import httpx
 import pytest
 
-from apps.demo import compression, experiment, inputs, live
+from apps.demo import compression, experiment, inputs, live, speech
 from apps.demo.client import (
     Delta,
     LivethinkClient,
@@ -21,6 +22,7 @@ from apps.demo.client import (
     ServerError,
     _error_from_response,
 )
+from apps.demo.speech import espeak_path
 from livethink.data.schema import ProductDoc
 from livethink.serve.api.app import create_app
 from tests.support.serve import (
@@ -171,7 +173,7 @@ def test_ask_side_by_side_and_single_arm(server):
         live.AUTO_LABEL,
     ] and "demo_ab" in status
     tmap = {t.label: t for t in targets}
-    chat_a, stats_a, chat_b, stats_b, status = _final(live.ask(client, tmap, DOCS[0].text, "How much?", "viewer: hi",
+    chat_a, stats_a, _, chat_b, stats_b, _, status = _final(live.ask(client, tmap, DOCS[0].text, "How much?", "viewer: hi",
                                                                "v1", live.MODES[2], "arm rft", "arm fast", 2000, True))  # fmt: skip
     assert re.fullmatch(r"✓ done · \d\d:\d\d:\d\d\.\d{3}", status)
     msgs = chat_a["value"]
@@ -185,10 +187,33 @@ def test_ask_side_by_side_and_single_arm(server):
     assert "End-to-end latency" in stats_a and "arm `rft` of `demo_ab`" in stats_a and "✓ met" in stats_a
     assert "arm `fast`" in stats_b and chat_b["label"] == "Arm B: arm fast"
     # one arm, not streamed (the livestream endpoint)
-    chat_a, stats_a, chat_b, stats_b, status = _final(live.ask(client, tmap, DOCS[0].text, "How much?", "", "v1",
+    chat_a, stats_a, _, chat_b, stats_b, _, status = _final(live.ask(client, tmap, DOCS[0].text, "How much?", "", "v1",
                                                                live.MODES[1], "arm rft", "model rft", 2000, False))  # fmt: skip
     assert chat_a["value"] == [] and stats_a == "" and chat_b["value"][-1]["content"] == REPLY
     assert "model `rft`" in stats_b  # (the livestream endpoint still A/B-assigns the viewer)
+
+
+@pytest.mark.skipif(espeak_path() is None, reason="espeak-ng not installed (make test installs it)")
+def test_ask_speaks_each_sentence_as_it_arrives(server):
+    """Speak: the streamed livestream reply, each sentence synthesised by espeak-ng into the page's audio queue."""
+    client = LivethinkClient(server.url)
+    chat_a, stats_a, speech_a, _, _, speech_b, status = _final(live.ask(
+        client, {}, DOCS[0].text, "How much?", "", "v-speak", live.MODES[0], "x", "y", 2000, True, True))
+    assert status.startswith("✓ done"), status
+    sentences = re.findall(r'<audio data-lt-sentence data-arm="a" data-key="([^"]+)" preload="auto" '
+                           r'src="data:audio/wav;base64,([A-Za-z0-9+/=]+)"', speech_a)
+    assert len(sentences) >= 1 and len({k for k, _ in sentences}) == len(sentences), speech_a[:300]
+    for _, b64 in sentences:
+        assert speech.wav_seconds(base64.b64decode(b64)) > 0.2
+    assert chat_a["value"][-1]["content"].strip() == REPLY.strip() and speech_b == ""
+    assert "First sentence (server)" in stats_a and "First sound ready (after Ask)" in stats_a
+
+
+@pytest.mark.skipif(espeak_path() is None, reason="espeak-ng not installed (make test installs it)")
+def test_synthesize_speaks_at_the_speech_rate():
+    text = "The hoodie is in stock in size M and ships in two days."  # 12 words
+    slow, fast = speech.synthesize(text, 2.0), speech.synthesize(text, 4.0)
+    assert slow.startswith(b"RIFF") and speech.wav_seconds(slow) > 1.5 * speech.wav_seconds(fast)
 
 
 def test_ask_reports_bad_input_and_server_down():
