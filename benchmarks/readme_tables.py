@@ -320,6 +320,22 @@ def vllm_bench(bench: Report) -> list[str]:
     return [*rows, "", f"`{bench['command']}`, {load}, {bench['wall_s']:.0f} s."]
 
 
+def speech_goodput(result: Report) -> list[str]:
+    """Speech goodput against goodput in one piece, per arm, paired over the same tasks."""
+    dl = f"{result['deadline_ms']:,} ms"
+    rows = ["| arm | goodput in one piece | speech goodput | speech − one piece (paired) | thinking tokens gained | "
+            "first sentence p99 | stalls | retracted |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    for arm, r in result["arms"].items():
+        w, s, c = r["whole"], r["speech"], r["paired"]
+        rows.append(f"| {arm} | {_pct(w['goodput'])} | {_pct(s['goodput'])} | "
+                    f"{_num(100 * c['difference'], sign=True)} [{_num(100 * c['ci95'][0], sign=True)}, "
+                    f"{_num(100 * c['ci95'][1], sign=True)}] | {_num(c['thinking_tokens_gained'], sign=True)} | "
+                    f"{s['latency_ms']['p99']:,.0f} ms | {s['stalls']} | {s['retracted']} |")
+    return [*rows, "", f"{result['tasks']} `{result['split']}` tasks per arm, one at a time, deadline {dl}, "
+            f"{result['speech_rate_wps']:g} words/s; `{result['command']}`, load average "
+            f"{result['loadavg_before'][0]:g} before and {result['loadavg_after'][0]:g} after."]
+
+
 def llm_judge(report: Report) -> list[str]:
     """The LLM judge's false-accept rate per probe kind beside the rubric's, and its κ with the rubric."""
     meta, llm, rubric = report["meta"], report["probes"]["llm"], report["probes"]["rubric"]
@@ -356,6 +372,7 @@ BLOCKS: dict[str, tuple[tuple[str, ...], Callable[..., list[str]]]] = {
     "serve_summary": (("serve_load.json", "serve_recovery.json"), serve_summary),
     "vllm_bench": (("vllm_bench.json",), vllm_bench),
     "llm_judge": (("llm_judge_probes.json",), llm_judge),
+    "speech_goodput": (("speech_goodput.json",), speech_goodput),
     "ab_checks": (("ab_assignment.json", "ab_ingest.json", "replica_scaling.json", "ab_power.json"), ab_checks),
     "rollouts": (("rollouts.json",), rollouts),
     "rollouts_gpu": (("rollouts_gpu.json",), rollouts),
