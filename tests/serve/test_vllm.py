@@ -4,8 +4,8 @@
 from __future__ import annotations
 
 import asyncio
-import json
 import importlib.util
+import json
 import sys
 import time
 from pathlib import Path
