@@ -336,6 +336,21 @@ def speech_goodput(result: Report) -> list[str]:
             f"{result['loadavg_before'][0]:g} before and {result['loadavg_after'][0]:g} after."]
 
 
+def speech_goodput_brief(result: Report) -> list[str]:
+    """The README's sentence: each arm's speech goodput against its goodput in one piece, paired."""
+    parts = []
+    for arm, r in result["arms"].items():
+        c = r["paired"]
+        parts.append(f"{arm} {_pct(r['whole']['goodput'])} in one piece, {_pct(r['speech']['goodput'])} streamed "
+                     f"({_num(100 * c['difference'], sign=True)} points [{_num(100 * c['ci95'][0], sign=True)}, "
+                     f"{_num(100 * c['ci95'][1], sign=True)}], {_num(c['thinking_tokens_gained'], sign=True)} thinking "
+                     f"tokens a reply)")
+    speech = list(result["arms"].values())
+    return [f"Goodput at {result['deadline_ms']:,} ms over {result['tasks']} `{result['split']}` tasks, paired: "
+            + "; ".join(parts) + f". Streamed: {sum(r['speech']['stalls'] for r in speech)} speech stalls, "
+            f"{sum(r['speech']['retracted'] for r in speech)} retracted sentences."]
+
+
 def llm_judge(report: Report) -> list[str]:
     """The LLM judge's false-accept rate per probe kind beside the rubric's, and its κ with the rubric."""
     meta, llm, rubric = report["meta"], report["probes"]["llm"], report["probes"]["rubric"]
@@ -373,6 +388,7 @@ BLOCKS: dict[str, tuple[tuple[str, ...], Callable[..., list[str]]]] = {
     "vllm_bench": (("vllm_bench.json",), vllm_bench),
     "llm_judge": (("llm_judge_probes.json",), llm_judge),
     "speech_goodput": (("speech_goodput.json",), speech_goodput),
+    "speech_goodput_brief": (("speech_goodput.json",), speech_goodput_brief),
     "ab_checks": (("ab_assignment.json", "ab_ingest.json", "replica_scaling.json", "ab_power.json"), ab_checks),
     "rollouts": (("rollouts.json",), rollouts),
     "rollouts_gpu": (("rollouts_gpu.json",), rollouts),

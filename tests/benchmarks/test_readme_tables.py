@@ -15,8 +15,8 @@ _spec = importlib.util.spec_from_file_location("readme_tables", ROOT / "benchmar
 tables = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tables)
 
-README_BLOCKS = ("holdout_students", "holdout_students_summary", "compression_brief", "serve_goodput",
-                 "serve_summary", "ab_checks", "training")
+README_BLOCKS = ("holdout_students", "holdout_students_summary", "serve_goodput", "serve_summary",
+                 "speech_goodput_brief", "ab_checks", "training")
 
 
 def _outside_blocks_and_code(text: str) -> str:
