@@ -57,7 +57,7 @@ def start_smollm2(workdir: Path) -> Any:
     port = free_port(LOOPBACK)
     argv = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--host", LOOPBACK, "--port", str(port),
             "--model", str(model), "--served-model-name", SMOLLM2, "--enforce-eager", "--max-model-len", "2048",
-            "--dtype", "float32"]  # a CPU without native bfloat16 (these have AVX2 only) emulates it, ~10× slower
+            "--dtype", "float32"]  # CPUs without native bfloat16 (AVX2 only) convert every bfloat16 op
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "VLLM_CPU_KVCACHE_SPACE": "1", "TOKENIZERS_PARALLELISM": "false"}
     return ServerProcess(argv, port=port, log_path=workdir / "smollm2.log", ready_path="/health", host=LOOPBACK,
                          cwd=ROOT, env=env, startup_timeout_s=600, name="smollm2")

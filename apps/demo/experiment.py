@@ -197,12 +197,15 @@ def tables_markdown(s: dict[str, Any]) -> str:
                  report._md_table(t["guardrails"]) if t["guardrails"][1] else "_none_"]  # fmt: skip
         return "\n\n".join(parts)
     primary = s["primary_metric"]
-    head = f"| arm | weight | viewers | {primary} | GMV/viewer | latency p50 / p99 ms | errors |"
-    rows = [head, "|---|---|---|---|---|---|---|"]
+    head = (f"| arm | weight | viewers | {primary} | GMV/viewer | goodput | refused | fallback | "
+            "answered latency p50 / p99 ms | errors |")
+    rows = [head, "|---|---|---|---|---|---|---|---|---|---|"]
     for name, a in (s.get("arms") or {}).items():
         rows.append(f"| {name} | {_fmt(a.get('weight'))} | {_fmt(a.get('viewers'), ',')} | {_fmt(a.get(primary), '%')} | "
-                    f"{_fmt(a.get('gmv_per_viewer'), ',.2f')} | {_fmt(a.get('latency_p50_ms'), ',.0f')} / "
-                    f"{_fmt(a.get('latency_p99_ms'), ',.0f')} | {_fmt(a.get('error_rate'), '%')} |")  # fmt: skip
+                    f"{_fmt(a.get('gmv_per_viewer'), ',.2f')} | {_fmt(a.get('goodput'), '%')} | "
+                    f"{_fmt(a.get('refusal_rate'), '%')} | {_fmt(a.get('fallback_rate'), '%')} | "
+                    f"{_fmt(a.get('latency_p50_ms'), ',.0f')} / {_fmt(a.get('latency_p99_ms'), ',.0f')} | "
+                    f"{_fmt(a.get('error_rate'), '%')} |")  # fmt: skip
     tests = ["| arm vs control | lift | 95% CI | decision p | significant |", "|---|---|---|---|---|"]
     for lv in lift_views(s):
         ci = "–" if lv.ci is None else f"[{100 * lv.ci[0]:+.1f}%, {100 * lv.ci[1]:+.1f}%]"
@@ -225,9 +228,36 @@ def verdict_markdown(s: dict[str, Any]) -> str:
             f"Experiment `{s.get('experiment')}` · {_fmt(viewers, ',')} viewers · primary metric `{s.get('primary_metric')}` · "
             f"control `{s.get('control')}` · SRM p = {_fmt(srm.get('p_value'), '.3g')}"
             + (" (**flagged**)" if srm.get("flagged") else "")]  # fmt: skip
+    phase = s.get("phase") or {}
+    if phase.get("count", 1) > 1:
+        current = next((p for p in s.get("phases") or [] if p.get("index") == phase.get("current")), {})
+        weights = ", ".join(f"{k} {v:g}" for k, v in (current.get("weights") or {}).items())
+        bits.append(f"Phase {phase.get('current')} of {phase.get('count')} (weights {weights or '–'}, since "
+                    f"{current.get('start') or '–'}): the SRM check and the tests use this phase's viewers only.")
+    served = served_markdown(s)
+    if served:
+        bits.append(served)
     if simulated:
         bits.append("> Simulated traffic: these events come from the viewer simulator, not real viewers.")
     return "\n\n".join(bits)
+
+
+def served_markdown(s: dict[str, Any]) -> str:
+    """What each arm's viewers got, in words a product team reads: goodput (answered by the model, correct and in
+    time, of requests sent) with its interval, the refused and fallback shares, and latency on answered replies
+    only (a refusal is not a fast reply)."""
+    lines = []
+    for name, a in (s.get("arms") or {}).items():
+        if a.get("goodput") is None and not a.get("requests", a.get("responses")):
+            continue
+        ci = _pair(a.get("goodput_ci"))
+        p50 = a.get("latency_p50_ms", (a.get("latency_ms") or {}).get("p50"))
+        lines.append(f"- **{name}**: goodput {_fmt(a.get('goodput'), '%')}"
+                     + (f" [{100 * ci[0]:.1f}%, {100 * ci[1]:.1f}%]" if ci else "")
+                     + f" of {_fmt(a.get('requests', a.get('responses')), ',')} requests; refused "
+                     f"{_fmt(a.get('refusal_rate'), '%')}, fallback {_fmt(a.get('fallback_rate'), '%')}; latency p50 "
+                     f"{_fmt(p50, ',.0f')} ms on answered replies")
+    return "**What the viewers got**\n\n" + "\n".join(lines) if lines else ""
 
 
 def goodput_markdown(report_path: str | Path | None) -> str:

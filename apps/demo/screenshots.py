@@ -125,6 +125,16 @@ def ask(driver: Any, question: str, timeout_s: float = 60, budget_ms: int | None
     return text_of(driver, "#chat-a"), text_of(driver, "#stats-a")
 
 
+FIRST_SOUND_JS = "const s = window.livethinkSpeech; return s && s.firstSound[arguments[0]] !== undefined ? s : null;"
+
+
+def first_sound(driver: Any, side: str = "a", timeout_s: float = 30) -> dict[str, Any]:
+    """After an Ask with **Speak it** on: the page's speech state once arm ``side``'s first sentence sounds
+    (``apps.demo.speech.PLAYER_JS``: ``firstSound[side]`` ms after Ask, ``played``, ``errors``)."""
+    return wait_for(driver, lambda d: d.execute_script(FIRST_SOUND_JS, side), timeout_s,
+                    f"arm {side.upper()}'s first sentence to sound")
+
+
 def _final_stamp(status: str) -> str | None:
     """The time stamp that ends the Live reply tab's final status line (``✓ done · 08:12:03.521``)."""
     m = FINAL_STAMP.search(status)

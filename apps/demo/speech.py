@@ -116,7 +116,7 @@ PLAYER_JS = """
     audio.addEventListener('playing', () => {
       const at = S.askAt === null ? null : performance.now() - S.askAt;
       if (!(item.arm in S.firstSound)) S.firstSound[item.arm] = at;
-      S.played.push({arm: item.arm, key: item.key, at: at});
+      S.played.push({arm: item.arm, key: item.key, at: at, queued: item.queued});
     }, {once: true});
     const done = () => { if (playing === audio) { playing = null; next(); } };
     audio.addEventListener('ended', done, {once: true});
@@ -128,7 +128,8 @@ PLAYER_JS = """
       const key = a.dataset.key;
       if (queued.has(key)) return;
       queued.add(key);
-      queue.push({key: key, arm: a.dataset.arm, src: a.getAttribute('src')});
+      queue.push({key: key, arm: a.dataset.arm, src: a.getAttribute('src'),
+                  queued: S.askAt === null ? null : performance.now() - S.askAt});
     });
     next();
   }).observe(document.body, {childList: true, subtree: true});

@@ -279,6 +279,10 @@ def test_experiment_rendering(summaries, view):
     assert len(fig.axes) == 4
     verdict = experiment.verdict_markdown(s)
     assert s["verdict"]["line"] in verdict and "Simulated traffic" in verdict
+    assert "What the viewers got" in verdict and "on answered replies" in verdict
+    for name, a in s["arms"].items():  # the server's own numbers, as it computed them
+        assert f"**{name}**: goodput {100 * a['goodput']:.2f}%" in verdict
+        assert f"refused {100 * a['refusal_rate']:.2f}%, fallback {100 * a['fallback_rate']:.2f}%" in verdict
     tables = experiment.tables_markdown(s)
     assert "| rft |" in tables and "| fast |" in tables
     assert (experiment.over_time_image(s) is not None) == (view == "full")

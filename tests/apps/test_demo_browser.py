@@ -25,10 +25,10 @@ from apps.demo.screenshots import (
     capture_tabs,
     chromium,
     find_chromium,
+    first_sound,
     open_app,
     save_png,
     text_of,
-    wait_for,
 )
 from apps.demo.speech import espeak_path
 from livethink.server_process import ServerProcess, free_port
@@ -175,9 +175,7 @@ def test_the_reply_is_spoken_sentence_by_sentence(stack):
     first_sounds = []
     for i in range(SPEECH_ASKS):
         _, stats_a = ask(driver, QUESTION, timeout_s=90, budget_ms=1000, mode="Arm A")
-        state = wait_for(driver, lambda d: d.execute_script(
-            "const s = window.livethinkSpeech; return s && s.firstSound.a !== undefined ? s : null;"),
-            30, "the first sentence to sound")
+        state = first_sound(driver, "a")
         assert state["errors"] == [], state["errors"]
         assert state["played"] and all(p["arm"] == "a" for p in state["played"][-1:])
         assert "First sound ready (after Ask)" in " ".join(stats_a.split()), stats_a
