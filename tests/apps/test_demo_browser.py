@@ -162,7 +162,9 @@ def test_question_gets_reply_and_latency_in_the_browser(stack):
 
 
 SPEECH_ASKS = 3
-FIRST_SOUND_BOUND_MS = 2000  # the 1,000 ms deadline bounds the first sentence; synthesis and playback take the rest
+# The 1,000 ms deadline bounds the first sentence; synthesis, the Gradio update and the page's decoding take the
+# rest: 1-2 s more on a 2-core CPU beside the other tests (benchmarks/demo_speech.py measures it alone).
+FIRST_SOUND_BOUND_MS = 4000
 
 
 @pytest.mark.skipif(espeak_path() is None, reason="espeak-ng not installed (`make espeak`)")
