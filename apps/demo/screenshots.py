@@ -91,7 +91,7 @@ def open_tab(driver: Any, tab: str) -> None:
 
     name = TABS.get(tab, tab)
     xpath = f"//button[@role='tab' and contains(normalize-space(.), '{name}')]"
-    button = wait_for(driver, lambda d: d.find_element(By.XPATH, xpath), 20, f"the {name} tab")
+    button = wait_for(driver, lambda d: d.find_element(By.XPATH, xpath), 60, f"the {name} tab")
     button.click()
 
 

@@ -39,7 +39,13 @@ from livethink.ab_test.assignment import Assigner, Assignment
 from livethink.ab_test.errors import UnknownExperimentError
 from livethink.ab_test.events import OutcomeIn, check_declared, validate_outcome
 from livethink.ab_test.experiment import Experiment, load_experiments
-from livethink.ab_test.serving import SIMULATED_HEADER, ArmSettings, ExperimentHooksProtocol, ResponseRecord
+from livethink.ab_test.serving import (
+    SIMULATED_HEADER,
+    ArmSettings,
+    ExperimentHooksProtocol,
+    ResponseRecord,
+    SummaryView,
+)
 from livethink.ab_test.store import Ack, EventStore
 from livethink.ab_test.summary_worker import SummaryWorker
 from livethink.ab_test.writer import BatchWriter
@@ -74,7 +80,9 @@ class ExperimentHooks:
         self._own_writer = writer is None
         self.writer = writer or BatchWriter(self.store)
         self._own_summaries = summaries is None
-        self.summaries = summaries or SummaryWorker(self.store, compute_summary)
+        self.summaries = summaries or SummaryWorker(
+            self.store, compute_summary, views={"full": compute_full_summary}
+        )
         self._assigner = Assigner(experiment)
 
     def assign(self, viewer_id: str, now: float | None = None, *, unit_id: str | None = None) -> Assignment:
@@ -153,14 +161,15 @@ class ExperimentHooks:
         """Async ``on_outcome``: returns the ack once the outcome is committed."""
         return await self.writer.asubmit(self._own(outcome).to_event())
 
-    def summary(self, max_age_s: float = 5.0) -> dict[str, Any]:
-        """The live summary (``compact_summary``), computed in the summary worker's process and cached
-        ``max_age_s``; blocks this thread (not the interpreter) until it is ready. ``SummaryError`` on failure."""
-        return self.summaries.submit(self.name, max_age_s).result()
+    def summary(self, max_age_s: float = 5.0, view: SummaryView = "compact") -> dict[str, Any]:
+        """The live summary (``compact``: ``compact_summary``; ``full``: the whole analysis), computed in the
+        summary worker's process and cached ``max_age_s``; blocks this thread (not the interpreter) until it is
+        ready. ``SummaryError`` on failure."""
+        return self.summaries.submit(self.name, max_age_s, view).result()
 
-    async def asummary(self, max_age_s: float = 5.0) -> dict[str, Any]:
+    async def asummary(self, max_age_s: float = 5.0, view: SummaryView = "compact") -> dict[str, Any]:
         """Async ``summary``: the event loop awaits the worker's future and does none of the analysis."""
-        return await asyncio.wrap_future(self.summaries.submit(self.name, max_age_s))
+        return await asyncio.wrap_future(self.summaries.submit(self.name, max_age_s, view))
 
     def close(self) -> None:
         if self._own_summaries:
@@ -213,7 +222,7 @@ def open_hooks(
     )
     st = store if isinstance(store, EventStore) else EventStore(store)
     writer = BatchWriter(st, **writer_kwargs)
-    summaries = SummaryWorker(st, compute_summary)
+    summaries = SummaryWorker(st, compute_summary, views={"full": compute_full_summary})
     return HookSet(
         (ExperimentHooks(e, st, writer=writer, summaries=summaries) for e in exps),
         writer=writer, store=st, summaries=summaries,
@@ -255,6 +264,12 @@ _cache_lock = threading.Lock()
 def compute_summary(store: EventStore, name: str) -> dict[str, Any]:
     """The live summary of ``name``, computed now (what the summary worker runs); unknown → UnknownExperimentError."""
     return compact_summary(analyze(store, name).summary)
+
+
+def compute_full_summary(store: EventStore, name: str) -> dict[str, Any]:
+    """The whole analysis of ``name`` as JSON-ready data (``GET /v1/ab/experiments/{name}?view=full``: the
+    Experiment tab's tables and over-time plot, ``livethink ab analyze``'s report)."""
+    return analyze(store, name).summary
 
 
 def experiment_summary(store: EventStore, name: str, *, max_age_s: float = 5.0) -> dict[str, Any]:
@@ -338,6 +353,7 @@ __all__ = [
     "ResponseRecord",
     "arecord_outcome",
     "compact_summary",
+    "compute_full_summary",
     "compute_summary",
     "experiment_summary",
     "open_hooks",

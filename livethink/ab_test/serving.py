@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from concurrent.futures import Future
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, Literal, Protocol, runtime_checkable
 
 if TYPE_CHECKING:
     from livethink.ab_test.assignment import Assignment
@@ -19,6 +19,8 @@ if TYPE_CHECKING:
     from livethink.ab_test.store import Ack
 
 SIMULATED_HEADER = "X-Livethink-Simulated"  # "1" on requests of the traffic simulator (their events are labelled)
+
+SummaryView = Literal["compact", "full"]  # the live view (headline numbers and tests) or the whole analysis
 
 
 @dataclass(frozen=True)
@@ -112,8 +114,8 @@ class ExperimentHooksProtocol(Protocol):
 
     def on_outcome(self, outcome: OutcomeIn | dict[str, Any]) -> Future[Ack]: ...
 
-    def summary(self) -> dict[str, Any]:
-        """The live summary (``GET /v1/ab/experiments/{name}``)."""
+    def summary(self, max_age_s: float = 5.0, view: SummaryView = "compact") -> dict[str, Any]:
+        """The live summary (``GET /v1/ab/experiments/{name}[?view=full]``)."""
         ...
 
     def close(self) -> None: ...

@@ -43,12 +43,13 @@ from sqlalchemy.engine import make_url
 from livethink.ab_test.errors import ABError
 from livethink.ab_test.store import EventStore
 
-__all__ = ["Compute", "SummaryError", "SummaryWorker", "opens_by_url"]
+__all__ = ["COMPACT", "Compute", "SummaryError", "SummaryWorker", "opens_by_url"]
 
 log = logging.getLogger(__name__)
 
 Summary = dict[str, Any]
 Compute = Callable[[EventStore, str], Summary]  # (store, experiment name) -> summary; a module-level function
+COMPACT = "compact"  # the view a caller gets unless it names another (``SummaryWorker(views=...)``)
 
 
 class SummaryError(RuntimeError):
@@ -123,55 +124,65 @@ def _relay(name: str, out: Future[Summary], flight: Future[Summary]) -> None:
 
 
 class SummaryWorker:
-    """Live summaries of the experiments of one store, computed by ``compute`` in a child process and cached.
+    """Live summaries of the experiments of one store, computed in a child process and cached.
 
-    ``submit(name, max_age_s)`` returns a ``concurrent.futures.Future`` of the summary (await it with
-    ``asyncio.wrap_future``); ``close()`` stops the child. Thread-safe. ``compute`` must be a module-level
-    function (it is pickled by reference into the child), e.g. ``livethink.ab_test.hooks.compute_summary``.
+    ``submit(name, max_age_s, view)`` returns a ``concurrent.futures.Future`` of the summary (await it with
+    ``asyncio.wrap_future``); ``close()`` stops the child. Thread-safe. ``compute`` is the ``compact`` view;
+    ``views`` names more (``{"full": ...}``), each cached apart. Every one must be a module-level function (it
+    is pickled by reference into the child), e.g. ``livethink.ab_test.hooks.compute_summary``.
     """
 
-    def __init__(self, store: EventStore, compute: Compute, *, nice: int = 10, close_timeout_s: float = 2.0):
+    def __init__(
+        self, store: EventStore, compute: Compute, *, views: dict[str, Compute] | None = None, nice: int = 10,
+        close_timeout_s: float = 2.0,
+    ):  # fmt: skip
         self.store = store
         self.in_process = not opens_by_url(store.url)
-        self._compute, self._nice, self._close_timeout_s = compute, nice, close_timeout_s
+        self.views: dict[str, Compute] = {COMPACT: compute, **(views or {})}
+        self._nice, self._close_timeout_s = nice, close_timeout_s
         self._lock = threading.RLock()  # a computation that ends at once calls _landed inside submit
         self._pool: Executor | None = None
-        self._done: dict[str, tuple[float, Summary]] = {}  # name -> (computation start, summary)
-        self._flights: dict[str, Future[Summary]] = {}  # name -> the computation in flight
+        self._done: dict[tuple[str, str], tuple[float, Summary]] = {}  # (name, view) -> (computation start, summary)
+        self._flights: dict[tuple[str, str], Future[Summary]] = {}  # (name, view) -> the computation in flight
         self._closed = False
 
-    def submit(self, name: str, max_age_s: float = 5.0) -> Future[Summary]:
-        """A future of ``name``'s summary: the cached one when younger than ``max_age_s``, else the computation
-        in flight, else a new one. Failures: ``UnknownExperimentError``, ``SummaryError``."""
+    def submit(self, name: str, max_age_s: float = 5.0, view: str = COMPACT) -> Future[Summary]:
+        """A future of ``name``'s summary in ``view``: the cached one when younger than ``max_age_s``, else the
+        computation in flight, else a new one. Failures: ``UnknownExperimentError``, ``SummaryError``;
+        ``ValueError`` naming the views for an unknown ``view``."""
+        if view not in self.views:
+            raise ValueError(f"view: unknown summary view {view!r} (known: {sorted(self.views)})")
         out: Future[Summary] = Future()
         now = time.monotonic()
+        key = (name, view)
         with self._lock:
             if self._closed:
                 raise SummaryError(f"experiment: the summary worker is closed (asked for {name!r})")
-            hit = self._done.get(name)
+            hit = self._done.get(key)
             if hit is not None and now - hit[0] <= max_age_s:
                 out.set_result(hit[1])
                 return out
-            flight = self._flights.get(name) or self._start(name, now)
+            flight = self._flights.get(key) or self._start(key, now)
         flight.add_done_callback(functools.partial(_relay, name, out))
         return out
 
-    def _start(self, name: str, now: float) -> Future[Summary]:
+    def _start(self, key: tuple[str, str], now: float) -> Future[Summary]:
         """Submit one computation (under the lock)."""
         pool = self._pool or self._new_pool()
         try:
-            flight = self._submit(pool, name)
+            flight = self._submit(pool, key)
         except BrokenProcessPool:  # the worker died since the last computation ended: start a new one
             pool = self._new_pool()
-            flight = self._submit(pool, name)
-        self._flights[name] = flight
-        flight.add_done_callback(functools.partial(self._landed, name, now, pool))
+            flight = self._submit(pool, key)
+        self._flights[key] = flight
+        flight.add_done_callback(functools.partial(self._landed, key, now, pool))
         return flight
 
-    def _submit(self, pool: Executor, name: str) -> Future[Summary]:
+    def _submit(self, pool: Executor, key: tuple[str, str]) -> Future[Summary]:
+        name, view = key
         if self.in_process:
-            return pool.submit(_compute, self._compute, name, None, self.store)
-        return pool.submit(_compute, self._compute, name, self.store.url)
+            return pool.submit(_compute, self.views[view], name, None, self.store)
+        return pool.submit(_compute, self.views[view], name, self.store.url)
 
     def _new_pool(self) -> Executor:
         if self.in_process:
@@ -185,18 +196,18 @@ class SummaryWorker:
             )  # fmt: skip
         return self._pool
 
-    def _landed(self, name: str, started: float, pool: Executor, flight: Future[Summary]) -> None:
+    def _landed(self, key: tuple[str, str], started: float, pool: Executor, flight: Future[Summary]) -> None:
         """A computation ended: cache its summary (unless a newer one is cached); forget a worker that died."""
         with self._lock:
-            if self._flights.get(name) is flight:
-                del self._flights[name]
+            if self._flights.get(key) is flight:
+                del self._flights[key]
             if flight.cancelled():
                 return
             exc = flight.exception()
             if exc is None:
-                prev = self._done.get(name)
+                prev = self._done.get(key)
                 if prev is None or prev[0] <= started:
-                    self._done[name] = (started, flight.result())
+                    self._done[key] = (started, flight.result())
             elif isinstance(exc, BrokenProcessPool) and self._pool is pool:
                 log.warning("the A/B summary worker died (%s); the next request starts a new one", exc)
                 self._pool = None

@@ -494,6 +494,13 @@ def test_ab_hooks_choose_the_budget_and_log_events(tokenizer, tmp_path):
         summary = HTTP.get(f"{url}/v1/ab/experiments/budget_ab", timeout=20)
         assert summary.status_code == 200, summary.text
         assert set(summary.json()["arms"]) == {"think", "nothink"}
+        # ?view=full: the whole analysis (what the demo's Experiment tab draws its tables and plot from)
+        full = HTTP.get(f"{url}/v1/ab/experiments/budget_ab", params={"view": "full"}, timeout=20)
+        assert full.status_code == 200, full.text
+        assert {"comparisons", "timeseries", "guardrails"} <= set(full.json()) and "tests" not in full.json()
+        assert set(full.json()["arms"]) == {"think", "nothink"}
+        bad_view = HTTP.get(f"{url}/v1/ab/experiments/budget_ab", params={"view": "everything"})
+        assert bad_view.status_code == 400 and bad_view.json()["error"]["param"] == "view", bad_view.text
         assert HTTP.get(f"{url}/v1/ab/experiments/nope").status_code == 404
         text = HTTP.get(f"{url}/metrics").text
         assert 'arm="nothink"' in text and 'arm="think"' in text

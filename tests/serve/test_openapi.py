@@ -40,7 +40,7 @@ STATUSES = {
     ("post", "/v1/livestream/reply"): {400, 401, 403, 404, 413, 429, 500, 503},
     ("post", "/v1/chat/completions"): {400, 401, 403, 404, 413, 429, 500, 503},
     ("post", "/v1/ab/outcomes"): {400, 401, 403, 404, 409, 413, 429, 500, 503},
-    ("get", "/v1/ab/experiments/{name}"): {401, 403, 404, 500},
+    ("get", "/v1/ab/experiments/{name}"): {400, 401, 403, 404, 500},
     ("get", "/v1/admin/status"): {401, 403, 500},
 }
 ERROR_REF = {"$ref": "#/components/schemas/ErrorResponse"}

@@ -18,12 +18,12 @@ import logging
 from collections.abc import Callable
 from typing import Annotated, Any
 
-from fastapi import Body, Depends, FastAPI, Request
+from fastapi import Body, Depends, FastAPI, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from pydantic import BaseModel
 
 from livethink import __version__
-from livethink.ab_test.serving import SIMULATED_HEADER
+from livethink.ab_test.serving import SIMULATED_HEADER, SummaryView
 from livethink.serve.api.access import JOB_KEY, AccessLog
 from livethink.serve.api.api_docs import PROMPT_TOO_LONG, errors, event_stream, install, operation_id
 from livethink.serve.api.clock import CLOCK_KEY, Clock, RequestClock
@@ -339,14 +339,20 @@ def create_app(
         "/v1/ab/experiments/{name}",
         dependencies=[require_admin],
         tags=["ab"],
-        responses={200: {"model": ExperimentSummary}, **errors(403, 404)},
+        responses={200: {"model": ExperimentSummary}, **errors(400, 403, 404)},
     )
     @guard
-    async def ab_summary(request: Request, name: str) -> dict[str, Any]:
+    async def ab_summary(
+        request: Request,
+        name: str,
+        view: Annotated[SummaryView, Query(description="compact: per-arm headline numbers, the primary metric's "
+                                           "tests, SRM, phases, verdict; full: the whole analysis (every metric, "
+                                           "guardrail and phase, the over-time series)")] = "compact",
+    ) -> dict[str, Any]:  # fmt: skip
         hooks = service(request).hooks
         if hasattr(hooks, "asummary"):  # computed off the serving process (livethink.ab_test.summary_worker)
-            return await hooks.asummary(name)
-        return await asyncio.to_thread(hooks.summary, name)
+            return await hooks.asummary(name, view)
+        return await asyncio.to_thread(hooks.summary, name, view)
 
     @app.get(
         "/v1/admin/status",

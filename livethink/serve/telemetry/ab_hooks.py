@@ -31,7 +31,7 @@ from livethink.ab_test.errors import (
     UnknownArmError,
     UnknownExperimentError,
 )
-from livethink.ab_test.serving import ArmSettings, ResponseRecord
+from livethink.ab_test.serving import ArmSettings, ResponseRecord, SummaryView
 from livethink.serve.errors import APIError
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ class ServeHooks(Protocol):
 
     async def on_outcome(self, payload: OutcomeIn | dict[str, Any]) -> dict[str, str]: ...
 
-    def summary(self, name: str) -> dict[str, Any]: ...
+    def summary(self, name: str, view: SummaryView = "compact") -> dict[str, Any]: ...
 
     def arms(self) -> dict[str, list[str]]: ...
 
@@ -131,7 +131,7 @@ class NoExperiment:
         with client_errors():
             raise UnknownExperimentError("experiment: no experiment is configured on this server")
 
-    def summary(self, name: str) -> dict[str, Any]:
+    def summary(self, name: str, view: SummaryView = "compact") -> dict[str, Any]:
         with client_errors("name"):
             raise UnknownExperimentError(f"experiment: unknown experiment {name!r} (no experiment is configured)")
 
@@ -258,18 +258,18 @@ class ABTestHooks:
             ack = await arecord_outcome(self.experiments, payload)
         return {"event_id": ack.event_id, "status": ack.status}
 
-    def summary(self, name: str) -> dict[str, Any]:
+    def summary(self, name: str, view: SummaryView = "compact") -> dict[str, Any]:
         with client_errors("name"):
-            return self._experiment(name).summary()
+            return self._experiment(name).summary(view=view)
 
-    async def asummary(self, name: str) -> dict[str, Any]:
+    async def asummary(self, name: str, view: SummaryView = "compact") -> dict[str, Any]:
         """Async ``summary``: awaits an experiment's ``asummary`` (computed in a worker process, nothing on the
         event loop); an experiment without one is summarised in a thread."""
         with client_errors("name"):
             h = self._experiment(name)
             if hasattr(h, "asummary"):
-                return await h.asummary()
-        return await asyncio.to_thread(self.summary, name)
+                return await h.asummary(view=view)
+        return await asyncio.to_thread(self.summary, name, view)
 
     def _experiment(self, name: str) -> ExperimentHooksProtocol:
         h = self.experiments.get(name)
