@@ -158,13 +158,16 @@ def build_llm(model: str | Path, *, kv_cache_gib: int | None = 1, single_process
     return LLM(**vllm_engine_kwargs(model, **options))
 
 
-def build_async_llm(model: str | Path, *, kv_cache_gib: int | None = 1, **options: Any):
-    """A ``vllm.v1.engine.async_llm.AsyncLLM`` over a local checkpoint (serving); options as for ``build_llm``."""
+def build_async_llm(
+    model: str | Path, *, kv_cache_gib: int | None = 1, stat_loggers: list[Any] | None = None, **options: Any
+):
+    """A ``vllm.v1.engine.async_llm.AsyncLLM`` over a local checkpoint (serving); options as for ``build_llm``;
+    ``stat_loggers``: vLLM stat logger factories (they receive the engine's statistics each step)."""
     set_kv_cache_env(kv_cache_gib)
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    return AsyncLLM.from_engine_args(AsyncEngineArgs(**vllm_engine_kwargs(model, **options)))
+    return AsyncLLM.from_engine_args(AsyncEngineArgs(**vllm_engine_kwargs(model, **options)), stat_loggers=stat_loggers)
 
 
 def shutdown_llm(llm: Any) -> None:

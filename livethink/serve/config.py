@@ -80,6 +80,8 @@ class EngineConfig(_Strict):
     warmup: bool = True  # a few short generations at start seed the latency estimates
     nice: int = Field(default=10, ge=0, le=39)  # engine processes run this much nicer than the front end
     calculator: bool = False  # digits after a written-out sum's "=" come from a calculator (livethink.calculator)
+    # vLLM's own statistics (KV cache, running / waiting, preemptions, tokens) on /metrics as livethink_vllm_*
+    export_engine_stats: bool = True
     # supervision (livethink.serve.engines.supervisor): a dead or wedged engine is restarted, its requests get 503
     supervise: bool = True
     health_poll_s: float = Field(default=0.5, gt=0, le=10)  # liveness poll of each engine

@@ -10,7 +10,9 @@ import time
 import httpx
 import openai
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 
+from tests.support.metrics import VLLM_PREFIX, dashboard_metrics, metric_exists, metric_names, promtool_check
 from tests.support.serve import LIVE_BODY, CLIServer, tiny_student_dir
 
 pytestmark = [
@@ -106,6 +108,26 @@ def test_deadline_holds_for_long_generations(http):
         assert lt["deadline_met"] and lt["timings"]["e2e_ms"] <= 300
         assert elapsed <= 300 + 100
         assert lt["budget"]["thinking_cap"] < 100  # the controller sized the budget to the deadline
+
+
+def test_vllm_engine_statistics_on_metrics(http):
+    """vLLM's own statistics (its stat logger, per engine) are on /metrics; promtool passes on the exposition and
+    every vLLM metric the Grafana dashboard queries exists."""
+    assert http.post("/v1/livestream/reply", json=LIVE_BODY).status_code == 200
+    text = http.get("/metrics").text
+    promtool_check(text)
+    samples = {(s.name, s.labels.get("engine")): s.value
+               for f in text_string_to_metric_families(text) for s in f.samples}  # fmt: skip
+    assert samples[("livethink_vllm_generation_tokens_total", "rft")] > 0
+    assert samples[("livethink_vllm_prompt_tokens_total", "rft")] > 0
+    assert 0.0 <= samples[("livethink_vllm_kv_cache_usage_ratio", "rft")] <= 1.0
+    assert samples[("livethink_vllm_preemptions_total", "rft")] >= 0
+    assert ("livethink_vllm_requests_waiting", "rft") in samples
+    names = metric_names(text)
+    wanted = {n for n in dashboard_metrics() if n.startswith(VLLM_PREFIX)}
+    assert len(wanted) >= 3 and all(metric_exists(n, names) for n in wanted), wanted - names
+    scheduler = _status(http)["engines"]["rft"]["scheduler"]  # the same numbers on the admin status
+    assert scheduler["generation_tokens_total"] >= samples[("livethink_vllm_generation_tokens_total", "rft")]
 
 
 def test_client_disconnect_frees_the_engine(server, http):

@@ -24,6 +24,7 @@ from livethink.serve.engines.priority import deprioritize_children
 from livethink.serve.engines.supervisor import Supervision
 from livethink.serve.request_path.service import Service
 from livethink.serve.telemetry.ab_hooks import ABTestHooks, NoExperiment, ServeHooks, SpoolCollector
+from livethink.serve.telemetry.engine_metrics import EngineStatsCollector
 from livethink.serve.telemetry.metrics import ServeMetrics
 
 log = logging.getLogger(__name__)
@@ -127,6 +128,7 @@ def lifespan(
             on_started=lambda: deprioritize_children(config.engine.nice),
         )  # fmt: skip
         svc = Service(config, supervision.engines, es.engine_keys, es.capacities, h or NoExperiment(), metrics)
+        metrics.registry.register(EngineStatsCollector(svc.engine_stats))  # vLLM's own statistics, at scrape time
         deprioritize_children(config.engine.nice)
         if config.engine.warmup:
             await svc.warmup()

@@ -40,6 +40,7 @@ from livethink.serve.engines.base import (
     single_token_id,
 )
 from livethink.serve.engines.vllm_settings import BudgetForcing, VLLMSettings, native_budget_supported
+from livethink.serve.engines.vllm_stats import SchedulerCounters, stat_logger_factory
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +76,7 @@ class VLLMEngine:
         self._running: set[str] = set()
         self._live_ids: dict[str, set[str]] = {}
         self._aborts = 0
+        self.scheduler = SchedulerCounters()  # vLLM's statistics, across restarts (vllm_stats)
         self._has_stream_interval = False
         self.forcing: Literal["native", "two_phase"] = "two_phase"
         self.reasoning_format: ReasoningFormat = THINK
@@ -121,6 +123,7 @@ class VLLMEngine:
             self.base_path, kv_cache_gib=s.kv_cache_gib, dtype=s.dtype, max_model_len=s.max_model_len,
             enforce_eager=s.enforce_eager, seed=s.seed, tensor_parallel_size=s.tensor_parallel_size,
             gpu_memory_utilization=s.gpu_memory_utilization, calculator=s.calculator, engine_kwargs=extra,
+            stat_loggers=[stat_logger_factory(self.scheduler)] if s.export_engine_stats else None,
         )
         from vllm import SamplingParams
 
@@ -367,7 +370,8 @@ class VLLMEngine:
             len(self._running),
             unfinished,
             self._aborts,
-            {"budget_forcing": self.forcing, "base": self.base_path},
+            {"budget_forcing": self.forcing, "base": self.base_path}
+            | ({"scheduler": self.scheduler.snapshot()} if self.settings.export_engine_stats else {}),
         )
 
 

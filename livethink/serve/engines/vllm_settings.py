@@ -9,7 +9,7 @@ BudgetForcing = Literal["auto", "native", "two_phase"]
 # the fields of ``serve.config.EngineConfig`` the settings take as they are
 FROM_ENGINE_CONFIG = ("dtype", "max_model_len", "enforce_eager", "kv_cache_gib", "gpu_memory_utilization",
                       "tensor_parallel_size", "max_num_seqs", "enable_prefix_caching", "budget_forcing",
-                      "max_lora_rank", "calculator")
+                      "max_lora_rank", "calculator", "export_engine_stats")
 
 
 @dataclass(frozen=True)
@@ -26,6 +26,7 @@ class VLLMSettings:
     max_lora_rank: int = 16
     seed: int = 0
     calculator: bool = False  # livethink.calculator: computed digits after a sum's "="
+    export_engine_stats: bool = True  # vLLM's scheduler statistics into the engine's SchedulerCounters
     reasoning: Any = "auto"  # the base model's reasoning format setting (livethink.data.reasoning_format)
 
     @classmethod
