@@ -113,6 +113,12 @@ def test_hooks_summary_runs_in_the_worker(db: Path) -> None:
         assert asyncio.run(h.asummary(max_age_s=600)) is sync
         with EventStore(db) as store:
             assert _same(sync, compute_summary(store, "sw1"))
+        # the full view (``?view=full``): the whole analysis, cached apart from the compact one
+        full = h.summary(max_age_s=600, view="full")
+        assert {"comparisons", "timeseries", "guardrails"} <= set(full) and "tests" not in full
+        assert h.summary(max_age_s=600) is sync and h.summary(max_age_s=600, view="full") is full
+        with pytest.raises(ValueError, match=r"view: unknown summary view 'everything' \(known: \['compact', 'full'\]\)"):
+            h.summary(view="everything")  # type: ignore[arg-type]
     finally:
         hooks.close()
     with pytest.raises(SummaryError, match="closed"):

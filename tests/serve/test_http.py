@@ -471,8 +471,10 @@ def test_ab_hooks_choose_the_budget_and_log_events(tokenizer, tmp_path):
                 assert engine.budgets[-1].thinking_cap <= 64
         assert set(seen.values()) == {"think", "nothink"}
         assert engine_answered >= 6
-        again = HTTP.post(f"{url}{LIVE}", json={**LIVE_BODY, "viewer_id": "viewer-3"}, timeout=10).json()
+        again = HTTP.post(f"{url}{LIVE}", json={**LIVE_BODY, "viewer_id": "viewer-3"}, timeout=10,
+                          headers={"X-Request-Id": "trace-viewer-3"}).json()  # fmt: skip
         assert again["arm"] == seen["viewer-3"]  # sticky
+        assert again["request_id"] == "trace-viewer-3"  # the client's id: on the reply and on its A/B events
         forced = HTTP.post(f"{url}{LIVE}", json={**LIVE_BODY, "arm": "nothink"}, timeout=10).json()
         assert forced["arm"] == "nothink"
         # outcomes
@@ -512,3 +514,9 @@ def test_ab_hooks_choose_the_budget_and_log_events(tokenizer, tmp_path):
         assert stats["outcome_errors"] == 0 and set(stats["arms"]) == {"think", "nothink"}
     finally:
         server.close()
+    from livethink.ab_test.store import EventStore
+
+    with EventStore(tmp_path / "ab.db", create=False) as store:
+        for kind in ("exposure", "response"):
+            ids = {rid for (rid,) in store.fetch("budget_ab", kind, ["request_id"])}
+            assert "trace-viewer-3" in ids, kind

@@ -24,7 +24,7 @@ from pydantic import BaseModel
 
 from livethink import __version__
 from livethink.ab_test.serving import SIMULATED_HEADER, SummaryView
-from livethink.serve.api.access import JOB_KEY, AccessLog
+from livethink.serve.api.access import JOB_KEY, REQUEST_ID_KEY, AccessLog
 from livethink.serve.api.api_docs import PROMPT_TOO_LONG, errors, event_stream, install, operation_id
 from livethink.serve.api.clock import CLOCK_KEY, Clock, RequestClock
 from livethink.serve.api.drain import Drain, DrainGate
@@ -106,6 +106,7 @@ async def _start(request: Request, body: LivestreamReplyRequest | ChatCompletion
         body = body.model_copy(update={"deadline_at": int(header)})
     prepare = svc.prepare_livestream if isinstance(body, LivestreamReplyRequest) else svc.prepare_chat
     job = await prepare(body, simulated, clock.arrival)
+    job.http_id = request.scope.get(REQUEST_ID_KEY)  # the client's X-Request-Id: on the reply and the A/B events
     request.scope[JOB_KEY]["job"] = job  # for the access line
     job.deferred = True
     clock.on_sent(lambda t: svc.finish(job, t))

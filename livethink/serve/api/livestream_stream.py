@@ -50,7 +50,7 @@ def plan_event(job: Job) -> LivestreamPlanEvent:
     no_generation = job.refusal_reason is not None or job.quality_fallback
     return LivestreamPlanEvent(
         event="plan",
-        request_id=job.request_id,
+        request_id=job.public_id,
         experiment=job.choice.experiment,
         arm=job.choice.arm,
         model=job.model,

@@ -71,7 +71,7 @@ def livestream_response(job: Job, body: LivestreamReplyRequest, r: Result) -> Li
         total=r.prompt_tokens + r.completion_tokens,
     )
     return LivestreamReplyResponse(
-        request_id=job.request_id,
+        request_id=job.public_id,
         viewer_id=body.viewer_id,
         model=job.model,
         reply=r.reply,

@@ -137,7 +137,7 @@ class Accounting:
             m.fallbacks.labels(*labels).inc()
         self.export_estimates(job.engine_key)
         if job.viewer_id:
-            self.hooks.on_response(job.viewer_id, job.choice, job.request_id, ab_record(r), job.simulated)
+            self.hooks.on_response(job.viewer_id, job.choice, job.public_id, ab_record(r), job.simulated)
 
     def refused(self, job: Job, reason: str) -> None:
         """Admission refused ``job`` (a 429) for ``reason``."""
@@ -156,4 +156,4 @@ class Accounting:
         if job.viewer_id:
             ab_status = "refused" if status == "rejected" else "error"
             rec = ResponseRecord((time.monotonic() - job.arrival) * 1000, status=ab_status)
-            self.hooks.on_response(job.viewer_id, job.choice, job.request_id, rec, job.simulated)
+            self.hooks.on_response(job.viewer_id, job.choice, job.public_id, rec, job.simulated)

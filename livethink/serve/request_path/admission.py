@@ -90,7 +90,7 @@ class Admission:
         now = time.monotonic()
         plan = self.plan(job, now)
         if job.viewer_id:
-            self.hooks.on_exposure(job.viewer_id, job.choice, job.request_id, job.simulated)
+            self.hooks.on_exposure(job.viewer_id, job.choice, job.public_id, job.simulated)
         action = self.below_floor_action(job, plan)
         if action in ("shed", "fallback"):
             self.metrics.below_floor.labels(*job.labels, action).inc()

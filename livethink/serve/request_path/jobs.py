@@ -59,6 +59,14 @@ class Job:
     on_refusal: str = "error"  # error (429) | filler (a filler line, marked refused)
     refusal_reason: str | None = None  # admission refused it and a filler line answers (on_refusal: filler)
     plan: TokenBudget | None = None  # the budget at admission (the engine gets the one re-planned at its slot)
+    http_id: str | None = None  # the request's X-Request-Id (the client's own, or the one the server gave it)
+
+    @property
+    def public_id(self) -> str:
+        """The id the client sees and every record carries: the livestream reply's ``request_id``, the A/B
+        exposure and response events, the access line's ``request_id`` (``X-Request-Id``; else the job's own).
+        ``request_id`` stays the job's own, unique id inside the server (engine, queues, the chat ``id``)."""
+        return self.http_id or self.request_id
 
     @property
     def labels(self) -> tuple[str, str, str]:
