@@ -251,8 +251,10 @@ def serve_summary(load: Report, recovery: Report) -> list[str]:
 
 
 # -- A/B, training, GPU ----------------------------------------------------------------------------------
-def ab_checks(assignment: Report, ingest: Report, replicas: Report, power: Report) -> list[str]:
-    """The A/B package's checks: assignment shares, durable ingest, replicas and the A/A false-positive rate."""
+def ab_checks(assignment: Report, ingest: Report, replicas: Report, power: Report, truth: Report,
+              rolling: Report) -> list[str]:  # fmt: skip
+    """The A/B package's checks: assignment shares, durable ingest, replicas, the A/A false-positive rate, a
+    refusing arm's latency against the client's, and a rolling restart under load."""
     splits = assignment["splits"]
     best = {store: max(r["events_per_s"] for r in ingest["runs"] if r["store"] == store)
             for store in ("sqlite", "postgresql")}
@@ -267,7 +269,26 @@ def ab_checks(assignment: Report, ingest: Report, replicas: Report, power: Repor
             "| " + " vs ".join(str(n) for n in rates) + " replicas | `python benchmarks/replica_scaling.py` | "
             + " vs ".join(f"{r:g}" for r in rates.values()) + " req/s sustained |",
             f"| {aa['reps']} A/A tests, false positives | `python benchmarks/ab_power.py` | fixed horizon "
-            f"{_pct(aa['fixed'])}, mSPRT with {aa['looks']} looks {_pct(aa['msprt'])} |"]
+            f"{_pct(aa['fixed'])}, mSPRT with {aa['looks']} looks {_pct(aa['msprt'])} |",
+            f"| a refusing arm's A/B latency (answered replies) vs the viewer's clock, p50 | "
+            f"`python benchmarks/ab_latency_truth.py` | {_gap(truth)} |",
+            f"| rolling restart of 2 replicas at {rolling['rate']:g} req/s, {rolling['deadline_ms']:,} ms | "
+            f"`python benchmarks/rolling_restart.py` | {_rolling(rolling)} |"]
+
+
+def _gap(truth: Report) -> str:
+    """The refusing arm's gap between the A/B log's answered-only latency p50 and the client's."""
+    arm = max(truth["arms"], key=lambda a: truth["arms"][a]["log"]["refused"])
+    a = truth["arms"][arm]
+    return (f"{a['gap_ms']:+.1f} ms ({a['log']['refused']} of {a['log']['sent']} refused; every response "
+            f"unfiltered: {a['unfiltered_p50_ms']:.0f} ms)")
+
+
+def _rolling(rolling: Report) -> str:
+    """Failed, late, refused and lost A/B events over a rolling restart."""
+    t = rolling["phases"]["all"]
+    return (f"{t['failed']} failed, {t['late']} late, {t['responses_lost'] + t['outcomes_lost']} A/B events lost of "
+            f"{t['requests']:,} requests ({t['refused_429']:,} refused with 429)")
 
 
 def training(tiny: Report, smollm2: Report, gpu: Report) -> list[str]:
@@ -389,7 +410,8 @@ BLOCKS: dict[str, tuple[tuple[str, ...], Callable[..., list[str]]]] = {
     "llm_judge": (("llm_judge_probes.json",), llm_judge),
     "speech_goodput": (("speech_goodput.json",), speech_goodput),
     "speech_goodput_brief": (("speech_goodput.json",), speech_goodput_brief),
-    "ab_checks": (("ab_assignment.json", "ab_ingest.json", "replica_scaling.json", "ab_power.json"), ab_checks),
+    "ab_checks": (("ab_assignment.json", "ab_ingest.json", "replica_scaling.json", "ab_power.json",
+                   "ab_latency_truth.json", "rolling_restart.json"), ab_checks),
     "rollouts": (("rollouts.json",), rollouts),
     "rollouts_gpu": (("rollouts_gpu.json",), rollouts),
     "training": (("train_throughput.json", "train_throughput_smollm2.json", "gpu_check.json"), training),
