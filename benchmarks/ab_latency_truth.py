@@ -23,12 +23,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import shlex
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 from typing import Any
 
@@ -37,7 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the serving helpers, by name
 
-from serve_common import ENV, OUT, RFT_STUDENT, pct  # noqa: E402
+from serve_common import ENV, OUT, RFT_STUDENT, RunRecord, pct, runs_label, save_figure  # noqa: E402
 from serve_load_client import livethink_server  # noqa: E402
 
 TARGET_MS = 5.0
@@ -132,9 +129,7 @@ def plot(result: dict[str, Any], path: Path) -> None:
     ax.set_xticks(x, [f"{a} ({result['deadlines_ms'][a]:,} ms)" for a in arms])
     ax.set_ylabel("latency p50 (ms)")
     ax.legend(fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -159,8 +154,7 @@ def main(argv: list[str] | None = None) -> int:
     sets = ["models=" + json.dumps({"rft": {"path": str(student)}}), "default_model=rft",
             "experiment=" + json.dumps({"file": str(work / "exp.yaml"), "store": f"sqlite:///{db}",
                                         "spool_dir": str(work / "spool")})]  # fmt: skip
-    loadavg_before = [round(x, 2) for x in os.getloadavg()]
-    t0 = time.monotonic()
+    record = RunRecord("ab_latency_truth.py", argv)
     server = livethink_server(sets, work, "server")
     try:
         out = subprocess.run([sys.executable, "-c", CLIENT, server.url, str(args.requests), str(args.concurrency)],
@@ -177,16 +171,10 @@ def main(argv: list[str] | None = None) -> int:
     arms = {arm: compare_arm(log[arm], client["per_arm"][arm], [ms for a, ms in rows if a == arm])
             for arm in ("roomy", "busy") if arm in client["per_arm"]}  # fmt: skip
     result: dict[str, Any] = {
-        "command": ("python benchmarks/ab_latency_truth.py " + shlex.join(argv if argv is not None else sys.argv[1:])).strip(),
-        "environment": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
-                       f"{platform.python_version()}",
-        "student": str(args.runs.resolve().relative_to(ROOT)) if args.runs.resolve().is_relative_to(ROOT) else str(args.runs),
-        "requests": args.requests, "concurrency": args.concurrency,
+        **record.fields(), "student": runs_label(args.runs), "requests": args.requests, "concurrency": args.concurrency,
         "deadlines_ms": {"roomy": args.roomy_deadline_ms, "busy": args.busy_deadline_ms},
         "client_errors": {k: client.get(k) for k in ("errors", "malformed", "outcome_errors", "refused_reasons")},
         "arms": arms,
-        "loadavg_before": loadavg_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-        "wall_s": round(time.monotonic() - t0, 1),
     }  # fmt: skip
     result["targets"] = targets(arms)
     args.out.mkdir(parents=True, exist_ok=True)

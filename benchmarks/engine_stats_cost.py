@@ -17,9 +17,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import platform
-import shlex
 import sys
 import tempfile
 import time
@@ -32,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the serving helpers, by name
 
-from serve_common import OUT, RFT_STUDENT  # noqa: E402
+from serve_common import OUT, RFT_STUDENT, RunRecord, runs_label, save_figure  # noqa: E402
 from serve_load_client import livethink_server  # noqa: E402
 
 MESSAGES = [{"role": "user", "content": "Which colours does the hoodie come in, and is it machine washable?"}]
@@ -107,9 +104,7 @@ def plot(r: dict[str, Any], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(5.2, 3.2))
     ax.boxplot([r["per_token_ms"]["on"], r["per_token_ms"]["off"]], tick_labels=["stats on", "stats off"])
     ax.set_ylabel("ms per token (median of a reply)")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -123,22 +118,15 @@ def main(argv: list[str] | None = None) -> int:
     if not (args.runs / RFT_STUDENT / "config.json").exists():
         p.error(f"--runs: no trained student at {args.runs / RFT_STUDENT}; run `make demo` first")
     work = Path(tempfile.mkdtemp(prefix="engine-stats-cost-"))
-    loadavg_before = [round(x, 2) for x in os.getloadavg()]
-    t0 = time.monotonic()
+    record = RunRecord("engine_stats_cost.py", argv)
     samples: dict[str, list[float]] = {"on": [], "off": []}
     for k in range(args.rounds):
         for on in ((True, False) if k % 2 == 0 else (False, True)):
             samples["on" if on else "off"] += run_mode(on, args.runs, args.requests, args.tokens, work)
             print(f"round {k + 1}: stats {'on' if on else 'off'} done", flush=True)
     result = {
-        "command": ("python benchmarks/engine_stats_cost.py " + shlex.join(argv if argv is not None else sys.argv[1:])).strip(),
-        "environment": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
-                       f"{platform.python_version()}",
-        "runs": str(args.runs.resolve().relative_to(ROOT)) if args.runs.resolve().is_relative_to(ROOT) else str(args.runs),
-        "requests_per_mode": args.requests * args.rounds, "tokens": args.tokens,
+        **record.fields(), "runs": runs_label(args.runs), "requests_per_mode": args.requests * args.rounds, "tokens": args.tokens,
         "rounds": args.rounds, "per_token_ms": samples, "analysis": analyse(samples["on"], samples["off"]),
-        "loadavg_before": loadavg_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-        "wall_s": round(time.monotonic() - t0, 1),
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "engine_stats_cost.json").write_text(json.dumps(result, indent=1) + "\n")

@@ -24,9 +24,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
-import platform
-import shlex
 import sys
 import tempfile
 import time
@@ -40,7 +37,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the serving helpers, by name
 
-from serve_common import OUT, RFT_STUDENT, pct  # noqa: E402
+from serve_common import OUT, RFT_STUDENT, RunRecord, pct, save_figure  # noqa: E402
 
 EXPERIMENT = "name: rolling_ab\narms:\n  - {name: a, weight: 0.5, variant: rft}\n  - {name: b, weight: 0.5, variant: rft}\n"
 DOCS = [{"product_id": "p1", "title": "Hoodie",
@@ -177,9 +174,7 @@ def plot(result: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> None
     ax.set_xlabel("arrival (s)")
     ax.set_ylabel("client latency (ms)")
     ax.legend(fontsize=7, loc="upper right")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -199,8 +194,7 @@ def main(argv: list[str] | None = None) -> int:
     from livethink.ab_test.store import EventStore
     from livethink.replicas import ReplicaSet
 
-    loadavg_before = [round(x, 2) for x in os.getloadavg()]
-    t0 = time.monotonic()
+    record = RunRecord("rolling_restart.py", argv)
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         tmp.chmod(0o755)
@@ -228,16 +222,11 @@ def main(argv: list[str] | None = None) -> int:
         if r["status"] == 429:
             reasons[r.get("reason") or "unknown"] = reasons.get(r.get("reason") or "unknown", 0) + 1
     result = {
-        "command": ("python benchmarks/rolling_restart.py " + shlex.join(argv if argv is not None else sys.argv[1:])).strip(),
-        "environment": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
-                       f"{platform.python_version()}",
-        "engine": args.engine, "model": str(args.model), "rate": args.rate, "deadline_ms": args.deadline_ms,
+        **record.fields(), "engine": args.engine, "model": str(args.model), "rate": args.rate, "deadline_ms": args.deadline_ms,
         "marks": marks, "replica_out_s": [round(s, 1) for s in took], "phases": phases, "refused_reasons": reasons,
         "in_experiment": len(in_experiment), "ids_echoed": sum(r.get("echoed_id") == r["request_id"] for r in rows if r["status"]),
         "failures": [{k: r.get(k) for k in ("i", "phase", "status", "error", "client_ms")}
                      for r in rows if r["status"] not in (200, 429)][:20],
-        "loadavg_before": loadavg_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()],
-        "wall_s": round(time.monotonic() - t0, 1),
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "rolling_restart.json").write_text(json.dumps({**result, "rows": rows}, indent=1) + "\n")

@@ -1,9 +1,16 @@
 """Shared helpers of the serving benchmarks: the repository's paths, the environment of the servers they start, a
-rounded percentile and an untrained student to serve when no trained one exists."""
+rounded percentile, an untrained student to serve when no trained one exists, the record every result file
+starts with (the command, the machine, the load average before and after, the wall time) and saving a figure."""
 
 from __future__ import annotations
 
+import os
+import platform
+import shlex
+import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -29,3 +36,36 @@ def untrained_student(workdir: Path) -> Path:
     from livethink.models.student import untrained_student as build
 
     return build(workdir / "untrained-student")
+
+
+class RunRecord:
+    """What a result file says of its run: ``start(script, argv)`` before the work (the load average then), and
+    ``fields()`` after it: ``command``, ``environment``, ``loadavg_before``, ``loadavg_after`` and ``wall_s``."""
+
+    def __init__(self, script: str, argv: list[str] | None) -> None:
+        args = shlex.join(argv if argv is not None else sys.argv[1:])
+        self.command = f"python benchmarks/{script} {args}".strip()
+        self.loadavg_before = [round(x, 2) for x in os.getloadavg()]
+        self.t0 = time.monotonic()
+
+    def fields(self) -> dict[str, Any]:
+        return {"command": self.command,
+                "environment": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs, Python "
+                               f"{platform.python_version()}",
+                "loadavg_before": self.loadavg_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()],
+                "wall_s": round(time.monotonic() - self.t0, 1)}  # fmt: skip
+
+
+def runs_label(runs: Path) -> str:
+    """A runs folder as the result files name it: relative to the repository when it is inside it."""
+    full = runs.resolve()
+    return str(full.relative_to(ROOT)) if full.is_relative_to(ROOT) else str(runs)
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Lay out, save (110 dpi) and close a matplotlib figure."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
