@@ -1,10 +1,11 @@
 """The Experiment tab: the live A/B summary from the server's event store, with plots and the verdict line.
 
-``GET /v1/ab/experiments/{name}`` answers with the compact live summary (per-arm headline numbers, the primary
-metric's tests, SRM, breached guardrails, verdict) or, when the server supports ``?view=full``, the whole
-``livethink.ab_test.analysis`` summary. Statistics are never recomputed here: the numbers, intervals and the
-verdict come from the server's analysis; with the full summary the tables and the over-time plot are drawn by
-``livethink.ab_test.report``'s own functions.
+The tab asks ``GET /v1/ab/experiments/{name}?view=full``: the whole ``livethink.ab_test.analysis`` summary (a
+server that only has the compact live summary answers with that, and the tab draws what it can). Statistics are
+never recomputed here: the numbers, intervals and the verdict come from the server's analysis. The verdict line
+is the live view (always-valid when the experiment is sequential); the tables and the over-time plot, drawn by
+``livethink.ab_test.report``'s own functions, are shown under an "End-of-test report" heading that says when
+their fixed-horizon intervals hold.
 """
 
 from __future__ import annotations
@@ -192,7 +193,13 @@ def tables_markdown(s: dict[str, Any]) -> str:
         from livethink.ab_test import report
 
         t = report._tables(s)
-        parts = ["#### Per arm", report._md_table(t["arms"]), "#### Tests (treatment vs control)",
+        live = (s.get("regime") or {}).get("live", "fixed-horizon")
+        note = "### End-of-test report\nThe tables below are the full analysis. Their fixed-horizon intervals and " \
+               "p-values (`95% CI`, `p`) hold once the planned sample is reached, not for a test watched as it runs"
+        note += (f"; the verdict above is the live view ({live}): decide from the always-valid columns until then."
+                 if live != "fixed-horizon" else
+                 ": this experiment is not sequential, so wait for its planned sample before deciding.")  # fmt: skip
+        parts = [note, "#### Per arm", report._md_table(t["arms"]), "#### Tests (treatment vs control)",
                  report._md_table(t["comparisons"]), "#### Guardrails",
                  report._md_table(t["guardrails"]) if t["guardrails"][1] else "_none_"]  # fmt: skip
         return "\n\n".join(parts)
@@ -280,7 +287,13 @@ def goodput_markdown(report_path: str | Path | None) -> str:
         rows.append(f"| {arm} | {a['sent']} | {a['answered']} | {a['fallback']} | {a['refused']} | {a['good']} | "
                     f"**{a['goodput']:.1%}** |")
     return ("#### Goodput per arm (simulated viewers)\nThe share of requests answered correctly, not with the fallback, "
-            "within the deadline by the viewer's clock.\n\n" + "\n".join(rows) + f"\n\nFrom `{path}`.")
+            "within the deadline by the viewer's clock.\n\n" + "\n".join(rows) + f"\n\nFrom `{_shown(path)}`.")
+
+
+def _shown(path: Path) -> str:
+    """A path as the page shows it: relative to the working directory when it is inside it."""
+    full = path.resolve()
+    return str(full.relative_to(Path.cwd())) if full.is_relative_to(Path.cwd()) else str(path)
 
 
 def load_experiment(client: LivethinkClient, name: str | None) -> tuple[str, Any, Any, str]:
