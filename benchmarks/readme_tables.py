@@ -267,7 +267,8 @@ def ab_checks(assignment: Report, ingest: Report, replicas: Report, power: Repor
             f"| durable ingest (fsync per commit) | `python benchmarks/ab_ingest.py` | SQLite {best['sqlite']:,.0f} / "
             f"PostgreSQL {best['postgresql']:,.0f} events/s |",
             "| " + " vs ".join(str(n) for n in rates) + " replicas | `python benchmarks/replica_scaling.py` | "
-            + " vs ".join(f"{r:g}" for r in rates.values()) + " req/s sustained |",
+            + " vs ".join("< " + f"{min(x['offered_rate'] for st in replicas['sets'] for x in st['rows']):g}" if r is None else f"{r:g}" for r in rates.values())
+            + f" req/s sustained ({replicas['engine']} engine, 99% within {replicas['deadline_ms']:,} ms) |",
             f"| {aa['reps']} A/A tests, false positives | `python benchmarks/ab_power.py` | fixed horizon "
             f"{_pct(aa['fixed'])}, mSPRT with {aa['looks']} looks {_pct(aa['msprt'])} |",
             f"| a refusing arm's A/B latency (answered replies) vs the viewer's clock, p50 | "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -177,6 +178,7 @@ def main() -> None:
     ap.add_argument("--model", type=Path)
     args = ap.parse_args()
     args.rates = [float(x) for x in args.rates.split(",")]
+    loadavg_before = [round(x, 2) for x in os.getloadavg()]
     with tempfile.TemporaryDirectory() as tmp_name:
         tmp = Path(tmp_name)
         tmp.chmod(0o755)
@@ -189,15 +191,16 @@ def main() -> None:
             sets = [sweep(n, args, student, pg.create_database(f"scale{n}"), pg_pid, tmp) for n in (1, 2)]
     data = {"engine": args.engine, "deadline_ms": args.deadline_ms, "hit_rate": args.hit_rate,
             "duration_s": args.duration, "student": str(student) if trained else "untrained tiny student",
-            "sets": sets, "machine": machine()}  # fmt: skip
+            "sets": sets, "machine": machine(), "loadavg_before": loadavg_before,
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
     cmd = (f"`.venv/bin/python benchmarks/replica_scaling.py --engine {args.engine} --rates "
            f"{','.join(f'{r:g}' for r in args.rates)} --duration {args.duration:g} --deadline-ms {args.deadline_ms}`")  # fmt: skip
     md = ["# One replica vs two (HAProxy, shared PostgreSQL A/B store)", "", cmd, "",
           f"Engine {args.engine}, {data['student']}, deadline {args.deadline_ms} ms by the client's clock, open-loop "
           f"Poisson arrivals for {args.duration:g} s per rate after {args.warmup:g} s of uncounted warm-up; every request is in the experiment (exposure + "
           f"response events into PostgreSQL). Sustainable = highest rate with ≥ {args.hit_rate:.0%} of all requests "
-          f"answered within the deadline. Machine: {data['machine']['cpus']} cores, shared with other work while "
-          f"this ran (1-min load average at the end: {data['machine']['load_average_1m_at_end']}).", "",
+          f"answered within the deadline. Machine: {data['machine']['cpus']} cores; load average (1, 5, 15 min) "
+          f"before {data['loadavg_before']}, after {data['loadavg_after']}.", "",
           "| replicas | sustainable rate (req/s) | startup (s) |", "|---:|---:|---:|"]  # fmt: skip
     md += [f"| {s['replicas']} | {s['sustainable_rate'] if s['sustainable_rate'] is not None else '< lowest'} "
            f"| {s['startup_s']} |" for s in sets]  # fmt: skip
