@@ -34,7 +34,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the serving helpers, by name
 
-from serve_common import ENV, OUT, RFT_STUDENT, RunRecord, pct, runs_label, save_figure  # noqa: E402
+from serve_common import ENV, OUT, RunRecord, pct, runs_label, save_figure, trained_student, write_outputs  # noqa: E402
 from serve_load_client import livethink_server  # noqa: E402
 
 TARGET_MS = 5.0
@@ -142,9 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--busy-deadline-ms", type=int, default=400)
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
-    student = args.runs / RFT_STUDENT
-    if not (student / "config.json").exists():
-        p.error(f"--runs: no trained student at {student}; run `make demo` first")
+    student = trained_student(p, args.runs)
     from livethink.ab_test.analysis import analyze
     from livethink.ab_test.store import EventStore
 
@@ -177,11 +175,7 @@ def main(argv: list[str] | None = None) -> int:
         "arms": arms,
     }  # fmt: skip
     result["targets"] = targets(arms)
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "ab_latency_truth.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / "ab_latency_truth.md").write_text(markdown(result))
-    plot(result, args.out / "ab_latency_truth.png")
-    print(markdown(result))
+    write_outputs(args.out, "ab_latency_truth", result, markdown(result), plot)
     return 0
 
 

@@ -29,7 +29,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the serving helpers, by name
 
-from serve_common import OUT, RFT_STUDENT, RunRecord, runs_label, save_figure  # noqa: E402
+from serve_common import OUT, RFT_STUDENT, RunRecord, runs_label, save_figure, trained_student, write_outputs  # noqa: E402
 from serve_load_client import livethink_server  # noqa: E402
 
 MESSAGES = [{"role": "user", "content": "Which colours does the hoodie come in, and is it machine washable?"}]
@@ -115,8 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--rounds", type=int, default=2)
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
-    if not (args.runs / RFT_STUDENT / "config.json").exists():
-        p.error(f"--runs: no trained student at {args.runs / RFT_STUDENT}; run `make demo` first")
+    trained_student(p, args.runs)
     work = Path(tempfile.mkdtemp(prefix="engine-stats-cost-"))
     record = RunRecord("engine_stats_cost.py", argv)
     samples: dict[str, list[float]] = {"on": [], "off": []}
@@ -128,11 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         **record.fields(), "runs": runs_label(args.runs), "requests_per_mode": args.requests * args.rounds, "tokens": args.tokens,
         "rounds": args.rounds, "per_token_ms": samples, "analysis": analyse(samples["on"], samples["off"]),
     }  # fmt: skip
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "engine_stats_cost.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / "engine_stats_cost.md").write_text(markdown(result))
-    plot(result, args.out / "engine_stats_cost.png")
-    print(markdown(result))
+    write_outputs(args.out, "engine_stats_cost", result, markdown(result), plot)
     return 0
 
 

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import sys
 import tempfile
 import time
@@ -37,7 +36,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the serving helpers, by name
 
-from serve_common import OUT, RFT_STUDENT, RunRecord, pct, save_figure  # noqa: E402
+from serve_common import OUT, RFT_STUDENT, RunRecord, pct, save_figure, write_outputs  # noqa: E402
 
 EXPERIMENT = "name: rolling_ab\narms:\n  - {name: a, weight: 0.5, variant: rft}\n  - {name: b, weight: 0.5, variant: rft}\n"
 DOCS = [{"product_id": "p1", "title": "Hoodie",
@@ -228,11 +227,8 @@ def main(argv: list[str] | None = None) -> int:
         "failures": [{k: r.get(k) for k in ("i", "phase", "status", "error", "client_ms")}
                      for r in rows if r["status"] not in (200, 429)][:20],
     }  # fmt: skip
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "rolling_restart.json").write_text(json.dumps({**result, "rows": rows}, indent=1) + "\n")
-    (args.out / "rolling_restart.md").write_text(markdown(result))
-    plot(result, rows, args.out / "rolling_restart.png")
-    print(markdown(result))
+    write_outputs(args.out, "rolling_restart", result, markdown(result), lambda r, path: plot(r, rows, path),
+                  data={**result, "rows": rows})
     return 0 if phases["all"]["failed"] == 0 and phases["all"]["late"] == 0 else 1
 
 

@@ -4,11 +4,14 @@ starts with (the command, the machine, the load average before and after, the wa
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
 import platform
 import shlex
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -69,3 +72,22 @@ def save_figure(fig: Any, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
     plt.close(fig)
+
+
+def trained_student(parser: argparse.ArgumentParser, runs: Path, student: str = RFT_STUDENT) -> Path:
+    """``runs/<student>`` (a ``make demo`` checkpoint); a one-line parser error naming ``--runs`` when it is missing."""
+    path = runs / student
+    if not (path / "config.json").exists():
+        parser.error(f"--runs: no trained student at {path}; run `make demo` first")
+    return path
+
+
+def write_outputs(out: Path, name: str, result: dict[str, Any], markdown: str,
+                  plot: Callable[[dict[str, Any], Path], None], data: dict[str, Any] | None = None) -> None:
+    """``out/<name>.{json,md,png}`` (the JSON is ``data`` when given, e.g. the result with its raw rows), and the
+    Markdown printed."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{name}.json").write_text(json.dumps(result if data is None else data, indent=1) + "\n")
+    (out / f"{name}.md").write_text(markdown)
+    plot(result, out / f"{name}.png")
+    print(markdown)

@@ -31,7 +31,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # the serving helpers, by name
 
-from serve_common import OUT, RFT_STUDENT, RunRecord, pct, runs_label, save_figure  # noqa: E402
+from serve_common import OUT, RunRecord, pct, runs_label, save_figure, trained_student, write_outputs  # noqa: E402
 from serve_load_client import Client, Outcome, live_body, livethink_server, open_loop  # noqa: E402
 
 from livethink.eval.intervals import paired_bootstrap  # noqa: E402
@@ -144,9 +144,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--deadline-ms", type=int, default=1000)
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
-    student = args.runs / RFT_STUDENT
-    if not (student / "config.json").exists():
-        p.error(f"--runs: no trained student at {student}; run `make demo` first")
+    student = trained_student(p, args.runs)
     from livethink.data.io import read_tasks
 
     tasks = read_tasks(args.data / f"{args.split}.jsonl")
@@ -176,16 +174,12 @@ def main(argv: list[str] | None = None) -> int:
         "flood_limited_ok": fl["limited"] > 0 and fl["other"] == 0
                             and fl["ok"] <= args.limit_rps * args.duration + max(1.0, args.limit_rps) + 1,
     }  # fmt: skip
-    args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "viewer_flood.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / "viewer_flood.md").write_text(markdown(result))
-    plot(result, args.out / "viewer_flood.png")
+    write_outputs(args.out, "viewer_flood", result, markdown(result), plot)
     from livethink.eval.holdout_log import record_holdout_eval
 
     n = int(phases["unflooded"]["others"]["requests"])
     record_holdout_eval(args.split, command=result["command"], models=[str(student)], n_tasks=min(n, len(tasks)),
                         computed=["goodput"], extra={"benchmark": "viewer_flood"})  # fmt: skip
-    print(markdown(result))
     return 0
 
 
