@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -130,6 +131,7 @@ def main() -> None:
     ap.add_argument("--producers", type=int, default=64)
     ap.add_argument("--stores", default="sqlite,postgresql", help="comma-separated: sqlite, postgresql")
     args = ap.parse_args()
+    loadavg_before = [round(x, 2) for x in os.getloadavg()]
     stores = [x.strip() for x in args.stores.split(",") if x.strip()]
     runs: list[dict] = []
     pg_settings: dict = {}
@@ -155,7 +157,8 @@ def main() -> None:
     }
     data = {"runs": runs, "sqlite": {"journal_mode": "wal", "synchronous": "FULL"}, "postgresql": pg_settings,
             "target_events_per_s": 5000, "pass": {st: b >= 5000 for st, b in best.items()},
-            "machine": machine()}  # fmt: skip
+            "machine": machine(), "loadavg_before": loadavg_before,
+            "loadavg_after": [round(x, 2) for x in os.getloadavg()]}  # fmt: skip
     md = [
         "# A/B event store: durable ingest into SQLite and PostgreSQL",
         "",
@@ -166,8 +169,8 @@ def main() -> None:
         f"{pg_settings.get('server_version', '')} local cluster with its default durability (fsync "
         f"{pg_settings.get('fsync', '?')}, synchronous_commit {pg_settings.get('synchronous_commit', '?')}), over "
         "loopback TCP. Full validation, idempotency lookup per batch; an event counts once its commit returned. "
-        "Mixed events (1/3 exposures, 1/3 responses, 1/3 orders). The machine (2 cores) was shared with other "
-        "work while this ran.",
+        "Mixed events (1/3 exposures, 1/3 responses, 1/3 orders). Machine: 2 cores; load average (1, 5, 15 min) "
+        f"before {data['loadavg_before']}, after {data['loadavg_after']}.",
         "",
         "| store | mode | events | seconds | durable events/s | commits | ack p50 / p99 (ms) |",
         "|---|---|---:|---:|---:|---:|---:|",
