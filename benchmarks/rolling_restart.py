@@ -1,22 +1,27 @@
-"""A rolling restart of two replicas behind HAProxy under open-loop load: what the viewers got, and the A/B log.
+"""A rolling restart, or a frozen replica, of two replicas behind HAProxy under open-loop load: what the viewers
+got, and the A/B log.
 
-    .venv/bin/python benchmarks/rolling_restart.py [--rate 8] [--deadline-ms 1000] [--engine vllm]
-        [--model runs/tiny/rft/final] [--before-s 10] [--after-s 10]
+    .venv/bin/python benchmarks/rolling_restart.py [--scenario restart|freeze] [--rate 8] [--deadline-ms 1000]
+        [--engine vllm] [--model runs/tiny/rft/final] [--before-s 10] [--freeze-s 20] [--after-s 10]
 
 Two ``livethink serve`` replicas (``livethink.replicas.ReplicaSet``: HAProxy in front, a throwaway PostgreSQL
 cluster as the shared A/B store, every request in a two-arm experiment) take open-loop Poisson arrivals of
 ``POST /v1/livestream/reply`` at ``--rate`` with the deadline ``--deadline-ms``, each with its own
 ``X-Request-Id``. After ``--before-s`` the set restarts one replica at a time (``ReplicaSet.rolling_restart``:
 SIGTERM, the replica drains, exits, starts again, then the next); the load goes on until ``--after-s`` after the
-last replica is back. Every answered reply gets a click outcome posted through the front. Afterwards (the set
+last replica is back. ``--scenario freeze`` instead SIGSTOPs replica 0 for ``--freeze-s`` (``ReplicaSet.freeze``:
+the kernel still accepts its connections, nothing answers them), then SIGCONTs it. Every answered reply gets a click outcome posted through the front. Afterwards (the set
 stopped, so the writers have flushed) the store is read back. Reported, per phase (before, during, after):
 
-- **failed**: a transport error, a 5xx or any status but 200 and 429 reaching the client; **late**: a 200 after
-  the deadline by the client's clock; **refused**: 429 (admission control: the deadline cannot be met);
+- **failed**: a transport error or any status but 200 and 429 reaching the client (a freeze also allows 503: a
+  replica that did not answer in time, refused by HAProxy); **late**: a 200 after the deadline by the client's
+  clock; **held past the deadline**: any answer (200, 429, 503) after it; **refused**: 429 (admission control:
+  the deadline cannot be met) and 503;
 - **A/B events lost**: a reply (200 or 429) the client got without its response event in the store, and an
   outcome acknowledged (200) that is not in the store.
 
-Targets (issue #59): 0 failed, 0 late, 0 lost. Writes ``benchmarks/results/rolling_restart.{json,md,png}``.
+Targets (issue #59): 0 failed, 0 late, 0 lost; frozen, also none held past the deadline. Writes
+``benchmarks/results/rolling_restart.{json,md,png}`` (``frozen_replica.*`` for a freeze).
 """
 
 from __future__ import annotations
@@ -104,7 +109,13 @@ async def drive(rs: Any, args: argparse.Namespace) -> tuple[list[dict[str, Any]]
     marks = {"start": load.t0}
     await asyncio.sleep(args.before_s)
     load.phase, marks["restart"] = "during", time.monotonic()
-    took = await asyncio.to_thread(rs.rolling_restart)
+    if args.scenario == "freeze":
+        rs.freeze(0)
+        await asyncio.sleep(args.freeze_s)
+        rs.thaw(0)
+        took = [args.freeze_s]
+    else:
+        took = await asyncio.to_thread(rs.rolling_restart)
     load.phase, marks["restarted"] = "after", time.monotonic()
     await asyncio.sleep(args.after_s)
     load.stop.set()
@@ -113,13 +124,15 @@ async def drive(rs: Any, args: argparse.Namespace) -> tuple[list[dict[str, Any]]
     return load.rows, took, {k: round(v - marks["start"], 1) for k, v in marks.items()}
 
 
-def summarize(rows: list[dict[str, Any]], deadline_ms: int, missing_responses: set[str],
-              missing_outcomes: set[str]) -> dict[str, Any]:  # fmt: skip
+def summarize(rows: list[dict[str, Any]], deadline_ms: int, missing_responses: set[str], missing_outcomes: set[str],
+              allowed: tuple[int, ...]) -> dict[str, Any]:  # fmt: skip
     ok = [r for r in rows if r["status"] == 200]
     return {
         "requests": len(rows), "answered": len(ok), "refused_429": sum(r["status"] == 429 for r in rows),
-        "failed": sum(r["status"] not in (200, 429) for r in rows),
+        "refused_503": sum(r["status"] == 503 for r in rows), "failed": sum(r["status"] not in allowed for r in rows),
         "late": sum(r["client_ms"] > deadline_ms for r in ok),
+        "held_past_deadline": sum(r["client_ms"] > deadline_ms for r in rows if r["status"]),
+        "held_max_ms": round(max((r["client_ms"] for r in rows if r["status"]), default=0.0), 1),
         "answered_p50_ms": pct([r["client_ms"] for r in ok], 50), "answered_p99_ms": pct([r["client_ms"] for r in ok], 99),
         "outcomes_acknowledged": sum(r.get("outcome_status") == 200 for r in ok),
         "outcomes_not_acknowledged": sum(r.get("outcome_status") != 200 for r in ok),
@@ -129,30 +142,39 @@ def summarize(rows: list[dict[str, Any]], deadline_ms: int, missing_responses: s
 
 
 def markdown(result: dict[str, Any]) -> str:
-    head = ("| phase | requests | answered | refused (429) | failed | late | answered p50 / p99 | outcomes acknowledged "
-            "| A/B events lost (responses / acknowledged outcomes) |")  # fmt: skip
-    rows = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    frozen = result.get("scenario") == "freeze"
+    head = ("| phase | requests | answered | refused (429 / 503) | failed | late | held past the deadline (slowest) "
+            "| answered p50 / p99 | outcomes acknowledged | A/B events lost (responses / acknowledged outcomes) |")  # fmt: skip
+    rows = [head, "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for phase, s in result["phases"].items():
-        rows.append(f"| {phase} | {s['requests']} | {s['answered']} | {s['refused_429']} | {s['failed']} | {s['late']} | "
+        rows.append(f"| {phase} | {s['requests']} | {s['answered']} | {s['refused_429']} / {s.get('refused_503', 0)} | "
+                    f"{s['failed']} | {s['late']} | {s.get('held_past_deadline', '–')} ({s.get('held_max_ms', '–')} ms) | "
                     f"{s['answered_p50_ms']} / {s['answered_p99_ms']} ms | {s['outcomes_acknowledged']} | "
                     f"{s['responses_lost']} / {s['outcomes_lost']} |")
     t = result["phases"]["all"]
-    verdict = [f"failed {t['failed']} (target 0): {'met' if t['failed'] == 0 else 'MISSED'}",
+    verdict = [f"failed {t['failed']} (target 0{', 503 allowed' if frozen else ''}): "
+               f"{'met' if t['failed'] == 0 else 'MISSED'}",
                f"answered after the deadline {t['late']} (target 0): {'met' if t['late'] == 0 else 'MISSED'}",
                f"acknowledged A/B events lost {t['responses_lost'] + t['outcomes_lost']} (target 0): "
                + ("met" if t["responses_lost"] + t["outcomes_lost"] == 0 else "MISSED")]  # fmt: skip
+    if frozen:
+        verdict.append(f"any answer held past the deadline {t['held_past_deadline']} (target 0): "
+                       f"{'met' if t['held_past_deadline'] == 0 else 'MISSED'}")
     reasons = ", ".join(f"{k} {v}" for k, v in sorted(result["refused_reasons"].items())) or "none"
+    event = (f"replica 0 was frozen (SIGSTOP) from {result['marks']['restart']} s to {result['marks']['restarted']} s"
+             if frozen else f"the restart began at {result['marks']['restart']} s and ended at "
+             f"{result['marks']['restarted']} s (each replica out of service "
+             f"{', '.join(f'{s:.0f} s' for s in result['replica_out_s'])})")
     return "\n".join([
-        "# A rolling restart of two replicas under load", "",
+        "# A frozen replica under load" if frozen else "# A rolling restart of two replicas under load", "",
         f"Command: `{result['command']}`  ",
         f"Two `livethink serve` replicas ({result['engine']} engine, `{result['model']}`) behind HAProxy, A/B store "
         f"PostgreSQL; open-loop Poisson arrivals at {result['rate']:g} req/s, deadline {result['deadline_ms']:,} ms by the "
-        f"client's clock; the restart began at {result['marks']['restart']} s and ended at {result['marks']['restarted']} s "
-        f"(each replica out of service {', '.join(f'{s:.0f} s' for s in result['replica_out_s'])}).  ",
+        f"client's clock; {event}.  ",
         f"Machine: {result['environment']}; load average (1, 5, 15 min) before {result['loadavg_before']}, after "
         f"{result['loadavg_after']}; {result['wall_s']:.0f} s.", "",
         *rows, "", f"Refused for: {reasons}.", "", "## Targets (issue #59)", "", *[f"- {v}" for v in verdict], "",
-        "![requests over time](rolling_restart.png)", "",
+        f"![requests over time]({'frozen_replica' if frozen else 'rolling_restart'}.png)", "",
     ])  # fmt: skip
 
 
@@ -165,11 +187,13 @@ def plot(result: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> None
     fig, ax = plt.subplots(figsize=(7, 3.2))
     colours = {200: "tab:green", 429: "tab:orange"}
     xs = np.array([r["t"] for r in rows])
-    for status, label in ((200, "answered"), (429, "refused (429)"), (0, "failed")):
-        pick = [k for k, r in enumerate(rows) if (r["status"] == status if status else r["status"] not in (200, 429))]
+    colours[503] = "tab:purple"
+    for status, label in ((200, "answered"), (429, "refused (429)"), (503, "refused (503)"), (0, "other")):
+        pick = [k for k, r in enumerate(rows) if (r["status"] == status if status else r["status"] not in colours)]
         ax.scatter(xs[pick], [rows[k]["client_ms"] for k in pick], s=5, c=colours.get(status, "tab:red"), label=label)
     ax.axhline(result["deadline_ms"], ls="--", c="grey", lw=0.8)
-    ax.axvspan(result["marks"]["restart"], result["marks"]["restarted"], color="tab:blue", alpha=0.08, label="restart")
+    ax.axvspan(result["marks"]["restart"], result["marks"]["restarted"], color="tab:blue", alpha=0.08,
+               label="frozen" if result.get("scenario") == "freeze" else "restart")
     ax.set_xlabel("arrival (s)")
     ax.set_ylabel("client latency (ms)")
     ax.legend(fontsize=7, loc="upper right")
@@ -178,6 +202,8 @@ def plot(result: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> None
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--scenario", default="restart", choices=("restart", "freeze"))
+    p.add_argument("--freeze-s", type=float, default=20.0, help="--scenario freeze: how long replica 0 is frozen")
     p.add_argument("--engine", default="vllm", choices=("vllm", "transformers"))
     p.add_argument("--model", type=Path, default=Path("runs/tiny") / RFT_STUDENT)
     p.add_argument("--rate", type=float, default=8.0)
@@ -213,23 +239,26 @@ def main(argv: list[str] | None = None) -> int:
     missing_responses = {r["request_id"] for r in in_experiment} - logged
     acked = {f"rr-{r['i']}-click" for r in rows if r.get("outcome_status") == 200}
     missing_outcomes = acked - outcomes
-    phases = {ph: summarize([r for r in rows if r["phase"] == ph], args.deadline_ms, missing_responses, missing_outcomes)
-              for ph in ("before", "during", "after")}  # fmt: skip
-    phases["all"] = summarize(rows, args.deadline_ms, missing_responses, missing_outcomes)
+    allowed = (200, 429, 503) if args.scenario == "freeze" else (200, 429)
+    phases = {ph: summarize([r for r in rows if r["phase"] == ph], args.deadline_ms, missing_responses, missing_outcomes,
+                            allowed) for ph in ("before", "during", "after")}  # fmt: skip
+    phases["all"] = summarize(rows, args.deadline_ms, missing_responses, missing_outcomes, allowed)
     reasons: dict[str, int] = {}
     for r in rows:
         if r["status"] == 429:
             reasons[r.get("reason") or "unknown"] = reasons.get(r.get("reason") or "unknown", 0) + 1
     result = {
-        **record.fields(), "engine": args.engine, "model": str(args.model), "rate": args.rate, "deadline_ms": args.deadline_ms,
+        **record.fields(), "scenario": args.scenario, "engine": args.engine, "model": str(args.model), "rate": args.rate, "deadline_ms": args.deadline_ms,
         "marks": marks, "replica_out_s": [round(s, 1) for s in took], "phases": phases, "refused_reasons": reasons,
         "in_experiment": len(in_experiment), "ids_echoed": sum(r.get("echoed_id") == r["request_id"] for r in rows if r["status"]),
         "failures": [{k: r.get(k) for k in ("i", "phase", "status", "error", "client_ms")}
-                     for r in rows if r["status"] not in (200, 429)][:20],
+                     for r in rows if r["status"] not in allowed][:20],
     }  # fmt: skip
-    write_outputs(args.out, "rolling_restart", result, markdown(result), lambda r, path: plot(r, rows, path),
+    name = "frozen_replica" if args.scenario == "freeze" else "rolling_restart"
+    write_outputs(args.out, name, result, markdown(result), lambda r, path: plot(r, rows, path),
                   data={**result, "rows": rows})
-    return 0 if phases["all"]["failed"] == 0 and phases["all"]["late"] == 0 else 1
+    held = phases["all"]["held_past_deadline"] if args.scenario == "freeze" else 0
+    return 0 if phases["all"]["failed"] == 0 and phases["all"]["late"] == 0 and held == 0 else 1
 
 
 if __name__ == "__main__":

@@ -39,7 +39,8 @@ TEMPLATE = ROOT / "deploy" / "haproxy.cfg.tmpl"
 FRONT_PORT_ATTEMPTS = 3  # a front port chosen here (no --port) is chosen again when another process took it
 
 
-FRONT_MARGIN_MS = 250  # a replica may take this long past a deadline (its last bytes, the network)
+FRONT_ANSWER_MS = 10  # HAProxy answers a replica's silence this long before the deadline (the 503's own trip)
+DEADLINE_ERRORFILE = ROOT / "deploy" / "haproxy-deadline-503.http"  # HAProxy's answer then: 503, not 504
 MIN_RETRY_MS = 100  # no retry on another replica with less time than this left to the deadline
 
 
@@ -61,16 +62,17 @@ def front_deadlines(config: ServeConfig) -> dict[str, int]:
 def haproxy_config(bind_port: int, replica_ports: list[int], config: ServeConfig | None = None) -> str:
     """HAProxy's config for ``replica_ports`` (server names r0, r1, ...), listening on 127.0.0.1:bind_port, its
     timeouts from ``config``'s deadlines (``front_deadlines``; the defaults' without a config): ``timeout server``
-    is the longest deadline + ``FRONT_MARGIN_MS``, and each request's time left to its ``X-Request-Deadline``
-    (+ margin) bounds its wait; no L7 retry with less than ``MIN_RETRY_MS`` left."""
+    is the longest deadline, and each request's time left to its ``X-Request-Deadline`` less ``FRONT_ANSWER_MS``
+    bounds its wait, after which HAProxy answers 503 (``DEADLINE_ERRORFILE``); no L7 retry with less than
+    ``MIN_RETRY_MS`` left."""
     deadlines = front_deadlines(config if config is not None else ServeConfig(models={"m": {"path": "m"}},
                                                                               default_model="m"))  # fmt: skip
     longest = max(deadlines.values())
     servers = "\n".join(f"    server r{i} {LOOPBACK}:{p} check" for i, p in enumerate(replica_ports))
     return Template(TEMPLATE.read_text()).substitute(
         bind=f"{LOOPBACK}:{bind_port}", servers=servers, livestream_deadline_ms=deadlines["livestream"],
-        chat_deadline_ms=deadlines["chat"], margin_ms=FRONT_MARGIN_MS, min_retry_ms=MIN_RETRY_MS,
-        timeout_server_ms=longest + FRONT_MARGIN_MS, timeout_client_ms=max(60_000, 2 * longest),
+        chat_deadline_ms=deadlines["chat"], answer_ms=FRONT_ANSWER_MS, min_retry_ms=MIN_RETRY_MS,
+        timeout_server_ms=longest, timeout_client_ms=max(60_000, 2 * longest), deadline_errorfile=DEADLINE_ERRORFILE,
     )  # fmt: skip
 
 
@@ -183,6 +185,21 @@ class ReplicaSet:
             r.proc.wait(30)
             r.log.close()
             self.replicas[i] = None
+
+    def freeze(self, i: int) -> None:
+        """SIGSTOP replica ``i``'s server process: it holds its connections and answers nothing (the kernel still
+        accepts new ones), as a replica stuck in a long pause would; ``thaw(i)`` resumes it."""
+        self._signal(i, signal.SIGSTOP)
+
+    def thaw(self, i: int) -> None:
+        """SIGCONT replica ``i`` after ``freeze(i)``."""
+        self._signal(i, signal.SIGCONT)
+
+    def _signal(self, i: int, signum: int) -> None:
+        r = self.replicas[i]
+        if r is None:
+            raise RuntimeError(f"replica {i} is not running")
+        r.proc.send_signal(signum)
 
     def restart(self, i: int) -> float:
         """Start replica ``i`` again on its port; returns its startup seconds."""
