@@ -252,9 +252,9 @@ def serve_summary(load: Report, recovery: Report) -> list[str]:
 
 # -- A/B, training, GPU ----------------------------------------------------------------------------------
 def ab_checks(assignment: Report, ingest: Report, replicas: Report, power: Report, truth: Report,
-              rolling: Report) -> list[str]:  # fmt: skip
+              rolling: Report, frozen: Report) -> list[str]:  # fmt: skip
     """The A/B package's checks: assignment shares, durable ingest, replicas, the A/A false-positive rate, a
-    refusing arm's latency against the client's, and a rolling restart under load."""
+    refusing arm's latency against the client's, a rolling restart and a frozen replica under load."""
     splits = assignment["splits"]
     best = {store: max(r["events_per_s"] for r in ingest["runs"] if r["store"] == store)
             for store in ("sqlite", "postgresql")}
@@ -274,7 +274,17 @@ def ab_checks(assignment: Report, ingest: Report, replicas: Report, power: Repor
             f"| a refusing arm's A/B latency (answered replies) vs the viewer's clock, p50 | "
             f"`python benchmarks/ab_latency_truth.py` | {_gap(truth)} |",
             f"| rolling restart of 2 replicas at {rolling['rate']:g} req/s, {rolling['deadline_ms']:,} ms | "
-            f"`python benchmarks/rolling_restart.py` | {_rolling(rolling)} |"]
+            f"`python benchmarks/rolling_restart.py` | {_rolling(rolling)} |",
+            f"| one of 2 replicas frozen (SIGSTOP) for {frozen['replica_out_s'][0]:.0f} s at {frozen['rate']:g} req/s, "
+            f"{frozen['deadline_ms']:,} ms | `{frozen['command']}` | {_frozen(frozen)} |"]
+
+
+def _frozen(frozen: Report) -> str:
+    """What the viewers got while a replica was frozen: answered, refused, and anything held past the deadline."""
+    t = frozen["phases"]["all"]
+    return (f"{t['answered']:,} answered, {t['refused_429']:,} refused with 429 and {t['refused_503']:,} with 503, "
+            f"{t['failed']} failed, {t['held_past_deadline']} held past the deadline of {t['requests']:,} requests "
+            f"(slowest answer {t['held_max_ms']:,.0f} ms)")
 
 
 def _gap(truth: Report) -> str:
@@ -412,7 +422,7 @@ BLOCKS: dict[str, tuple[tuple[str, ...], Callable[..., list[str]]]] = {
     "speech_goodput": (("speech_goodput.json",), speech_goodput),
     "speech_goodput_brief": (("speech_goodput.json",), speech_goodput_brief),
     "ab_checks": (("ab_assignment.json", "ab_ingest.json", "replica_scaling.json", "ab_power.json",
-                   "ab_latency_truth.json", "rolling_restart.json"), ab_checks),
+                   "ab_latency_truth.json", "rolling_restart.json", "frozen_replica.json"), ab_checks),
     "rollouts": (("rollouts.json",), rollouts),
     "rollouts_gpu": (("rollouts_gpu.json",), rollouts),
     "training": (("train_throughput.json", "train_throughput_smollm2.json", "gpu_check.json"), training),
