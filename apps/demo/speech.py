@@ -4,7 +4,8 @@ The server streams a livestream reply sentence by sentence (``POST /v1/livestrea
 each sentence is synthesised here with Debian's ``espeak-ng`` (https://github.com/espeak-ng/espeak-ng) at the
 speech rate (words per second, the server's ``speech_rate_wps``) and handed to the page as an ``<audio>`` element
 (``sentence_audio_html``). In the browser ``PLAYER_JS`` plays the sentences one after the other, each once, and
-records when each arm's first sentence starts to sound, in ms after Ask (``window.livethinkSpeech``).
+records when each arm's first sentence starts to sound, in ms after Ask (``window.livethinkSpeech``: per sentence
+also when its element appeared in the page, ``queued``, and when the player started it, ``started``).
 """
 
 from __future__ import annotations
@@ -104,7 +105,7 @@ PLAYER_JS = """
   let playing = null;
   document.addEventListener('click', (e) => {
     if (!(e.target.closest && e.target.closest('#ask'))) return;
-    S.askAt = performance.now(); S.firstSound = {};
+    S.askAt = performance.now(); S.firstSound = {}; S.played = [];
     queue.length = 0;  // a new question interrupts the answer being spoken
     if (playing) { playing.pause(); playing = null; }
   }, true);
@@ -113,10 +114,11 @@ PLAYER_JS = """
     const item = queue.shift();
     const audio = new Audio(item.src);
     playing = audio;
+    const started = S.askAt === null ? null : performance.now() - S.askAt;
     audio.addEventListener('playing', () => {
       const at = S.askAt === null ? null : performance.now() - S.askAt;
       if (!(item.arm in S.firstSound)) S.firstSound[item.arm] = at;
-      S.played.push({arm: item.arm, key: item.key, at: at, queued: item.queued});
+      S.played.push({arm: item.arm, key: item.key, at: at, queued: item.queued, started: started});
     }, {once: true});
     const done = () => { if (playing === audio) { playing = null; next(); } };
     audio.addEventListener('ended', done, {once: true});
