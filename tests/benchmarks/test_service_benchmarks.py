@@ -44,10 +44,16 @@ def test_rolling_restart_counts_failed_late_and_lost():
             {"i": 2, "request_id": "c", "status": 429, "client_ms": 3.0},
             {"i": 3, "request_id": "d", "status": 0, "client_ms": 20.0},
             {"i": 4, "request_id": "e", "status": 503, "client_ms": 20.0}]  # fmt: skip
-    s = rolling_restart.summarize(rows, 1000, missing_responses={"c"}, missing_outcomes={"rr-0-click"})
+    s = rolling_restart.summarize(rows, 1000, missing_responses={"c"}, missing_outcomes={"rr-0-click"},
+                                  allowed=(200, 429))  # a restart: a 503 reaching the client failed
     assert (s["requests"], s["answered"], s["refused_429"], s["failed"], s["late"]) == (5, 2, 1, 2, 1)
     assert (s["outcomes_acknowledged"], s["outcomes_not_acknowledged"]) == (1, 1)
     assert (s["responses_lost"], s["outcomes_lost"]) == (1, 1)
+    assert (s["refused_503"], s["held_past_deadline"], s["held_max_ms"]) == (1, 1, 1001.0)
+    frozen = rolling_restart.summarize([*rows, {"i": 5, "request_id": "f", "status": 503, "client_ms": 1004.0}], 1000,
+                                       missing_responses=set(), missing_outcomes=set(), allowed=(200, 429, 503))
+    assert (frozen["failed"], frozen["refused_503"], frozen["late"]) == (1, 2, 1)  # a frozen replica: 503 allowed
+    assert frozen["held_past_deadline"] == 2  # but a 503 after the deadline was held too long, like a late 200
 
 
 def test_flood_goodput_counts_only_correct_answers_in_time():
