@@ -9,9 +9,11 @@ rubric, the calculator) uncapped and at thinking caps 64 and 128 (the server's b
 correctness with its Clopper–Pearson interval, the paired difference (bootstrap over tasks, exact McNemar), and the
 shares of replies with a false or unsupported claim.
 
-    .venv/bin/python benchmarks/trust_region.py [--baseline runs/tiny/grpo/drpo/final] [--limit 250]
+    .venv/bin/python benchmarks/trust_region.py [--baseline runs/tiny/grpo/drpo/final] [--limit 250] [--seed K]
 
-A run or evaluation already on disk is reused (``--runs-dir``). Writes ``benchmarks/results/trust_region.{json,md,png}``.
+Without ``--seed`` both runs use ``make demo``'s seed and the baseline is ``make demo``'s own DRPO run; ``--seed K``
+trains both with ``--seed K`` (under ``--runs-dir``/seedK) and writes ``trust_region_seedK.*``. A run or evaluation
+already on disk is reused (``--runs-dir``). Writes ``benchmarks/results/trust_region.{json,md,png}``.
 """
 
 from __future__ import annotations
@@ -80,13 +82,14 @@ def model_figures(samples: dict[int | None, dict[str, dict[str, Any]]]) -> dict[
             "correct": {str(c): _rate(list(samples[c].values()), "correct") for c in (None, *CAPS)}}  # fmt: skip
 
 
-def markdown(result: dict[str, Any]) -> str:
+def markdown(result: dict[str, Any], name: str = "trust_region") -> str:
     base, live = result["models"]["baseline"], result["models"]["trust_region"]
     fmt = lambda r: f"{100 * r['mean']:.1f}% [{100 * r['low']:.1f}, {100 * r['high']:.1f}]"  # noqa: E731
     lines = [
         "# DRPO with a live trust region, paired on validation", "",
         f"`{result['command']}`; {result['n']} `validation` tasks, greedy, claim-checking rubric, calculator on; one "
-        f"stage-2 run each (one seed: seeds vary this result, so it chooses nothing). Load average before "
+        f"stage-2 run each, seed {result.get('seed') if result.get('seed') is not None else 'of make demo'} (one seed: "
+        f"seeds vary this result, so it chooses nothing). Load average before "
         f"{result['loadavg_before']}, after {result['loadavg_after']}.", "",
         f"- baseline: `{result['baseline']}` (one optimizer step per generation batch: KL ≡ 0, penalty pressed on "
         f"{result['kl_pressure']['baseline']} of steps)",
@@ -103,7 +106,7 @@ def markdown(result: dict[str, Any]) -> str:
     lines += ["", "| model | tokens (uncapped) | false claim | unsupported claim |", "|---|---:|---|---|",
               f"| baseline | {base['tokens']} | {fmt(base['false_claim'])} | {fmt(base['unsupported_claim'])} |",
               f"| trust region | {live['tokens']} | {fmt(live['false_claim'])} | {fmt(live['unsupported_claim'])} |",
-              "", "![correctness at each cap](trust_region.png)", ""]
+              "", f"![correctness at each cap]({name}.png)", ""]
     return "\n".join(lines)
 
 
@@ -135,30 +138,37 @@ def main(argv: list[str] | None = None) -> int:
                    help="the shipped DRPO run (make demo's); trained here when missing")
     p.add_argument("--runs-dir", type=Path, default=Path("runs/tiny/trust_region"))
     p.add_argument("--limit", type=int, default=250, help="first N validation tasks")
+    p.add_argument("--seed", type=int, help="train both runs with this stage-2 seed (default: make demo's runs)")
     p.add_argument("--out", type=Path, default=OUT)
     args = p.parse_args(argv)
     loadavg_before = [round(x, 2) for x in os.getloadavg()]
-    runs = {"baseline": (args.baseline, ()), "trust_region": (args.runs_dir / "drpo_tr2" / "final", ("--num_iterations", "2"))}
+    runs_dir, name = args.runs_dir, "trust_region"
+    runs = {"baseline": (args.baseline, ()), "trust_region": (runs_dir / "drpo_tr2" / "final", ("--num_iterations", "2"))}
+    if args.seed is not None:
+        runs_dir, name = args.runs_dir / f"seed{args.seed}", f"trust_region_seed{args.seed}"
+        seed = ("--seed", str(args.seed))
+        runs = {"baseline": (runs_dir / "drpo" / "final", seed),
+                "trust_region": (runs_dir / "drpo_tr2" / "final", ("--num_iterations", "2", *seed))}
     for final, extra in runs.values():
         if not (final / "config.json").is_file():
             run(livethink("grpo", "--config", "configs/tiny/grpo_drpo.yaml", "--model_name_or_path", str(args.rft),
                           "--data_dir", "artifacts/tiny/data", "--output_dir", str(final.parent), *STAGE2, *extra),
                 final.parent.parent / f"{final.parent.name}.train.log")
-    samples = {name: evaluate(final, name, args.runs_dir / f"eval_{name}", args.limit) for name, (final, _) in runs.items()}
+    samples = {key: evaluate(final, key, runs_dir / f"eval_{key}", args.limit) for key, (final, _) in runs.items()}
     base, live = samples["baseline"], samples["trust_region"]
     result = {
         "command": ("python benchmarks/trust_region.py " + shlex.join(argv if argv is not None else sys.argv[1:])).strip(),
-        "baseline": str(args.baseline), "candidate": str(runs["trust_region"][0]), "n": len(base[None]),
-        "kl_pressure": {name: kl_pressure(final) for name, (final, _) in runs.items()},
-        "models": {name: model_figures(s) for name, s in samples.items()},
+        "seed": args.seed, "baseline": str(runs["baseline"][0]), "candidate": str(runs["trust_region"][0]),
+        "n": len(base[None]), "kl_pressure": {key: kl_pressure(final) for key, (final, _) in runs.items()},
+        "models": {key: model_figures(s) for key, s in samples.items()},
         "paired": {("uncapped" if c is None else str(c)): paired(live[c], base[c]) for c in (None, *CAPS)},
         "loadavg_before": loadavg_before, "loadavg_after": [round(x, 2) for x in os.getloadavg()],
     }  # fmt: skip
     args.out.mkdir(parents=True, exist_ok=True)
-    (args.out / "trust_region.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.out / "trust_region.md").write_text(markdown(result))
-    plot(result, args.out / "trust_region.png")
-    print(markdown(result))
+    (args.out / f"{name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.out / f"{name}.md").write_text(markdown(result, name))
+    plot(result, args.out / f"{name}.png")
+    print(markdown(result, name))
     return 0
 
 
