@@ -22,37 +22,20 @@ import argparse
 import json
 import os
 import shlex
-import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # holdout_students' per-task helpers, by name
 
+from budget_training import livethink, run  # noqa: E402
 from holdout_students import _rate, _read_samples, paired  # noqa: E402
 from serve_common import save_figure  # noqa: E402
 
 OUT = ROOT / "benchmarks/results"
 CAPS = (64, 128)
 STAGE2 = ("--max_steps", "96", "--max_completion_length", "384", "--use_vllm", "true")  # make demo's stage 2
-
-
-def livethink(*args: str) -> list[str]:
-    return [sys.executable, "-m", "livethink.cli", *args]
-
-
-def run(cmd: list[str], log: Path) -> float:
-    """Run ``cmd`` with its output in ``log``; its wall time, or an error naming the log."""
-    log.parent.mkdir(parents=True, exist_ok=True)
-    start = time.perf_counter()
-    with log.open("w") as fh:
-        fh.write("$ " + shlex.join(cmd) + "\n")
-        fh.flush()
-        if subprocess.run(cmd, stdout=fh, stderr=subprocess.STDOUT, cwd=ROOT).returncode:
-            raise SystemExit(f"{shlex.join(cmd[:5])} ... failed; see {log}")
-    return round(time.perf_counter() - start, 1)
 
 
 def evaluate(model: Path, name: str, out: Path, limit: int) -> dict[int | None, dict[str, dict[str, Any]]]:
