@@ -10,8 +10,8 @@ cluster as the shared A/B store, every request in a two-arm experiment) take ope
 ``X-Request-Id``. After ``--before-s`` the set restarts one replica at a time (``ReplicaSet.rolling_restart``:
 SIGTERM, the replica drains, exits, starts again, then the next); the load goes on until ``--after-s`` after the
 last replica is back. ``--scenario freeze`` instead SIGSTOPs replica 0 for ``--freeze-s`` (``ReplicaSet.freeze``:
-the kernel still accepts its connections, nothing answers them), then SIGCONTs it. Every answered reply gets a click outcome posted through the front. Afterwards (the set
-stopped, so the writers have flushed) the store is read back. Reported, per phase (before, during, after):
+the kernel still accepts its connections, nothing answers them), then SIGCONTs it. Every answered reply gets a
+click outcome posted through the front. Afterwards (the set stopped, so the writers have flushed) the store is read back. Reported, per phase (before, during, after):
 
 - **failed**: a transport error or any status but 200 and 429 reaching the client (a freeze also allows 503: a
   replica that did not answer in time, refused by HAProxy); **late**: a 200 after the deadline by the client's
@@ -46,6 +46,7 @@ from serve_common import OUT, RFT_STUDENT, RunRecord, pct, save_figure, write_ou
 EXPERIMENT = "name: rolling_ab\narms:\n  - {name: a, weight: 0.5, variant: rft}\n  - {name: b, weight: 0.5, variant: rft}\n"
 DOCS = [{"product_id": "p1", "title": "Hoodie",
          "text": "Price: $39. Ships in 2 days. Free returns within 30 days. Colours: black, grey, navy."}]  # fmt: skip
+OUTPUT = {"restart": "rolling_restart", "freeze": "frozen_replica"}  # the result files' name per --scenario
 QUESTIONS = ("How much is the hoodie?", "When does it ship?", "Which colours are there?", "Can I return it?")
 
 
@@ -174,7 +175,7 @@ def markdown(result: dict[str, Any]) -> str:
         f"Machine: {result['environment']}; load average (1, 5, 15 min) before {result['loadavg_before']}, after "
         f"{result['loadavg_after']}; {result['wall_s']:.0f} s.", "",
         *rows, "", f"Refused for: {reasons}.", "", "## Targets (issue #59)", "", *[f"- {v}" for v in verdict], "",
-        f"![requests over time]({'frozen_replica' if frozen else 'rolling_restart'}.png)", "",
+        f"![requests over time]({OUTPUT[result.get('scenario', 'restart')]}.png)", "",
     ])  # fmt: skip
 
 
@@ -202,7 +203,7 @@ def plot(result: dict[str, Any], rows: list[dict[str, Any]], path: Path) -> None
 
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--scenario", default="restart", choices=("restart", "freeze"))
+    p.add_argument("--scenario", default="restart", choices=tuple(OUTPUT))
     p.add_argument("--freeze-s", type=float, default=20.0, help="--scenario freeze: how long replica 0 is frozen")
     p.add_argument("--engine", default="vllm", choices=("vllm", "transformers"))
     p.add_argument("--model", type=Path, default=Path("runs/tiny") / RFT_STUDENT)
@@ -254,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
         "failures": [{k: r.get(k) for k in ("i", "phase", "status", "error", "client_ms")}
                      for r in rows if r["status"] not in allowed][:20],
     }  # fmt: skip
-    name = "frozen_replica" if args.scenario == "freeze" else "rolling_restart"
+    name = OUTPUT[args.scenario]
     write_outputs(args.out, name, result, markdown(result), lambda r, path: plot(r, rows, path),
                   data={**result, "rows": rows})
     held = phases["all"]["held_past_deadline"] if args.scenario == "freeze" else 0
