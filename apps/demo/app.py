@@ -15,16 +15,20 @@ import argparse
 import logging
 import os
 import socket
+import threading
+import time
 from pathlib import Path
 
 import gradio as gr
+import uvicorn
+from fastapi import FastAPI
 
 from apps.demo.client import LivethinkClient
 from apps.demo.compression import build_compression_tab
 from apps.demo.experiment import build_experiment_tab
 from apps.demo.inputs import load_catalog
 from apps.demo.live import build_live_tab
-from apps.demo.speech import PLAYER_JS
+from apps.demo.speech import PLAYER_JS, SpeechChannel, speech_router
 from livethink.demo_job import QUICK_NOTICE
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -47,10 +51,11 @@ def theme() -> gr.themes.Base:
 def build_app(server_url: str, catalog_path: str | Path | None = DEFAULT_CATALOG, experiment: str | None = None,
               results_dir: str | Path = DEFAULT_RESULTS, eval_report: str | Path | None = DEFAULT_EVAL,
               api_key: str | None = None, admin_key: str | None = None, quick: bool = False,
-              stream_report: str | Path | None = None) -> gr.Blocks:  # fmt: skip
+              stream_report: str | Path | None = None, channel: SpeechChannel | None = None) -> gr.Blocks:  # fmt: skip
     """The demo as a ``gr.Blocks`` (not launched). ``experiment`` defaults to the server's first one; ``quick``
     shows the quick-run notice (its students check the plumbing, not quality) above the tabs; ``stream_report``
-    (the simulated viewer stream's JSON) gives the Experiment tab its goodput per arm."""
+    (the simulated viewer stream's JSON) gives the Experiment tab its goodput per arm; ``channel`` carries the
+    spoken sentences to the page (``serve_app`` routes it)."""
     client = LivethinkClient(server_url, api_key=api_key, admin_key=admin_key)
     catalog, warning = load_catalog(catalog_path)
     if not experiment:
@@ -63,7 +68,8 @@ def build_app(server_url: str, catalog_path: str | Path | None = DEFAULT_CATALOG
             gr.Markdown(f"⚠ **{QUICK_NOTICE}**", elem_id="quick-notice")
         with gr.Tabs():
             with gr.Tab("Live reply", id="live"):
-                live = build_live_tab(client, catalog, warning, experiment)
+                live = build_live_tab(client, catalog, warning, experiment,
+                                      channel if channel is not None else SpeechChannel())
             with gr.Tab("Compression", id="compression"):
                 comp = build_compression_tab(results_dir, eval_report)
             with gr.Tab("Experiment", id="experiment") as exp_tab:
@@ -107,17 +113,31 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per request to the server is noise
+    channel = SpeechChannel()
     demo = build_app(args.server_url, args.catalog, args.experiment, args.results_dir, args.eval_report,
-                     args.api_key, args.admin_key, args.quick, args.stream_report)  # fmt: skip
+                     args.api_key, args.admin_key, args.quick, args.stream_report, channel)  # fmt: skip
     port = args.port or _free_port(args.host)
-    demo.queue(default_concurrency_limit=4)
-    _, local_url, _ = demo.launch(server_name=args.host, server_port=port, prevent_thread_lock=True, quiet=True,
-                                  theme=theme(), css=CSS, js=PLAYER_JS, ssr_mode=False, footer_links=[])  # fmt: skip
-    print(f"livethink demo: {local_url} (server {args.server_url})", flush=True)
+    server = uvicorn.Server(uvicorn.Config(serve_app(demo, channel), host=args.host, port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="demo-http", daemon=True)
+    thread.start()
+    while not server.started and thread.is_alive():
+        time.sleep(0.05)
+    if not server.started:
+        return 1  # uvicorn has said why (the port is taken, ...)
+    print(f"livethink demo: http://{args.host}:{port}/ (server {args.server_url})", flush=True)
     try:
-        demo.block_thread()
+        while thread.is_alive():
+            thread.join(0.5)
     except KeyboardInterrupt:
-        pass
-    finally:
-        demo.close()
+        server.should_exit = True
+        thread.join(10)
     return 0
+
+
+def serve_app(demo: gr.Blocks, channel: SpeechChannel) -> FastAPI:
+    """The demo's HTTP app: the speech channel's routes (``apps.demo.speech``), then the Gradio app at ``/``."""
+    app = FastAPI(title="livethink demo", docs_url=None, redoc_url=None, openapi_url=None)
+    app.include_router(speech_router(channel))
+    demo.queue(default_concurrency_limit=4)
+    return gr.mount_gradio_app(app, demo, path="", theme=theme(), css=CSS, js=PLAYER_JS, ssr_mode=False,
+                               footer_links=[])  # fmt: skip

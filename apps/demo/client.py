@@ -76,6 +76,7 @@ class ReplyRequest:
     deadline_ms: int | None = None
     arm: str | None = None
     model: str | None = None
+    deadline_at: int | None = None  # absolute, epoch ms: the earlier of it and deadline_ms governs
 
     def livestream_body(self, stream: bool = False, speech_rate_wps: float | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
@@ -85,7 +86,7 @@ class ReplyRequest:
             "history": [t.model_dump() for t in self.history],
             "include_reasoning": True,
         }
-        for key in ("deadline_ms", "arm", "model"):
+        for key in ("deadline_ms", "deadline_at", "arm", "model"):
             if getattr(self, key) is not None:
                 body[key] = getattr(self, key)
         if stream:

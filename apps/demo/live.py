@@ -11,6 +11,8 @@ the arm and the model. With both arms the requests run one after the other, so e
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -21,7 +23,16 @@ import gradio as gr
 
 from apps.demo.client import Delta, LivethinkClient, ReplyRequest, ReplyResult, Sentence, ServerError
 from apps.demo.inputs import CatalogEntry, InputError, docs_for, parse_docs, parse_history, parse_question
-from apps.demo.speech import SpeechError, SpokenSentence, espeak_path, sentence_audio_html, synthesize
+from apps.demo.speech import (
+    SpeechChannel,
+    SpeechError,
+    SpokenSentence,
+    ask_js,
+    espeak_path,
+    page_clock,
+    speech_html,
+    synthesize,
+)
 from livethink.data.schema import Turn
 
 log = logging.getLogger(__name__)
@@ -97,6 +108,8 @@ class Panel:
     streamed: bool = False
     t_ask: float = field(default_factory=time.monotonic)  # when Ask was pressed (first sound is timed from it)
     side: str = "a"
+    ask_id: str | None = None  # the ask's speech channel, when the reply is spoken
+    lead_ms: float | None = None  # the app's speech lead taken off the deadline, when spoken
     spoken: list[SpokenSentence] = field(default_factory=list)
     speech_error: str | None = None
 
@@ -160,6 +173,7 @@ class Panel:
             ("Tokens", tokens),
             ("Time to first token", _ms(r.first_token_ms)),
             ("First reply token", _ms(r.first_reply_token_ms)),
+            *([("Speech lead (synthesis + page start)", _ms(self.lead_ms))] if self.lead_ms is not None else []),
             *([("First sentence (server)", _ms(r.first_sentence_ms)),
                ("First sound ready (after Ask)", _ms(self.spoken[0].ready_ms) if self.spoken else
                 f"– ({self.speech_error})" if self.speech_error else "–")] if r.first_sentence_ms is not None else []),
@@ -188,34 +202,65 @@ class Panel:
         return out
 
 
-def _speak(client: LivethinkClient, panel: Panel, req: ReplyRequest) -> Iterator[None]:
-    """The avatar's way: sentence events, each synthesised and handed to the page as soon as it arrives."""
-    for item in client.speak_reply(req):
-        if isinstance(item, ReplyResult):
-            panel.result, panel.reasoning = item, item.reasoning
-            return
-        assert isinstance(item, Sentence)
-        if panel.state == "thinking":
-            panel.state, panel.t_reply = "replying", time.monotonic()
-        panel.reply += item.text
-        if panel.speech_error is None:
-            try:
-                wav = synthesize(item.text.strip())
-            except SpeechError as exc:
-                panel.speech_error = str(exc)
-            else:
-                key = f"{req.viewer_id}-{panel.side}-{panel.t_ask:.6f}-{item.index}"
-                panel.spoken.append(SpokenSentence(key, item.text.strip(), wav, (time.monotonic() - panel.t_ask) * 1000))
+_SPOKEN = object()  # the end of a spoken reply, on its changes queue
+
+
+def _start_speaking(client: LivethinkClient, panel: Panel, req: ReplyRequest,
+                    channel: SpeechChannel) -> queue.Queue[object]:  # fmt: skip
+    """The avatar's way, in a thread of its own: the streamed reply's sentence events, each synthesised and
+    published on the speech channel (the page's player follows it) as soon as it arrives, whatever the UI is doing.
+    Returns the changes queue that ``_run`` turns into UI updates: None per change, then an exception or the end."""
+    changes: queue.Queue[object] = queue.Queue()
+    panel.state, panel.t_start, panel.streamed = "thinking", time.monotonic(), True
+
+    def speak() -> None:
+        try:
+            for item in client.speak_reply(req):
+                if isinstance(item, ReplyResult):
+                    panel.result, panel.reasoning = item, item.reasoning
+                    break
+                assert isinstance(item, Sentence)
+                if panel.state == "thinking":
+                    panel.state, panel.t_reply = "replying", time.monotonic()
+                panel.reply += item.text
+                if panel.speech_error is None:
+                    t0 = time.monotonic()
+                    try:
+                        wav = synthesize(item.text.strip())
+                    except SpeechError as exc:
+                        panel.speech_error = str(exc)
+                    else:
+                        assert panel.ask_id is not None
+                        done = time.monotonic()
+                        panel.spoken.append(channel.publish(panel.ask_id, panel.side, item.text.strip(), wav,
+                                                            (done - panel.t_ask) * 1000, (done - t0) * 1000))
+                changes.put(None)
+        except Exception as exc:  # handed to the UI's generator, which reports it
+            changes.put(exc)
+        changes.put(_SPOKEN)
+
+    threading.Thread(target=speak, name=f"speak-{panel.side}", daemon=True).start()
+    return changes
+
+
+def _spoken(changes: queue.Queue[object]) -> Iterator[None]:
+    """The UI side of ``_start_speaking``: one refresh per change; its exception, raised here."""
+    while (item := changes.get()) is not _SPOKEN:
+        if isinstance(item, BaseException):
+            raise item
         yield
 
 
-def _run(client: LivethinkClient, panel: Panel, req: ReplyRequest, stream: bool, speak: bool = False) -> Iterator[None]:
-    """Drive one request, updating ``panel``; yields whenever the UI should refresh."""
-    panel.state, panel.t_start, panel.streamed = "thinking", time.monotonic(), stream or speak
+def _run(client: LivethinkClient, panel: Panel, req: ReplyRequest, stream: bool,
+         speaking: queue.Queue[object] | None = None) -> Iterator[None]:
+    """Drive one request, updating ``panel``; yields whenever the UI should refresh. ``speaking``: the request is
+    already being spoken (``_start_speaking``); follow its changes."""
+    if speaking is None:
+        panel.state, panel.t_start, panel.streamed = "thinking", time.monotonic(), stream
     yield
     try:
-        if speak:
-            yield from _speak(client, panel, req)
+        if speaking is not None:
+            yield from _spoken(speaking)
         elif not stream:
             panel.result = client.reply(req)
             panel.reasoning, panel.reply = panel.result.reasoning, panel.result.reply
@@ -247,9 +292,12 @@ def _run(client: LivethinkClient, panel: Panel, req: ReplyRequest, stream: bool,
 
 def ask(client: LivethinkClient, targets: dict[str, Target], docs_text: str, question: str, history_text: str,
         viewer_id: str, mode: str, label_a: str, label_b: str, budget_ms: float,
-        stream: bool, speak: bool = False) -> Iterator[tuple[Any, ...]]:  # fmt: skip
+        stream: bool, speak: bool = False, page: str | None = None, *,
+        channel: SpeechChannel | None = None) -> Iterator[tuple[Any, ...]]:  # fmt: skip
     """The Ask button: yields (chat A, stats A, speech A, chat B, stats B, speech B, status) as the replies come
-    in. ``speak``: the streamed livestream reply, each sentence spoken (``apps.demo.speech``)."""
+    in. ``speak``: the streamed livestream reply, each sentence spoken and published on ``channel`` (the app's;
+    ``apps.demo.speech``), its first sentence due at the server the app's lead before the viewer's deadline (the
+    budget from the click the page reports in ``page``, for the first arm asked; from its own start for the next)."""
     t_ask = time.monotonic()
     empty = ([], "", "", [], "", "")
     try:
@@ -265,6 +313,16 @@ def ask(client: LivethinkClient, targets: dict[str, Target], docs_text: str, que
         if side in chosen:
             panels[side] = Panel(targets.get(label) or Target(AUTO_LABEL), q, history, t_ask=t_ask, side=side)
     viewer = (viewer_id or "").strip() or f"demo-{uuid.uuid4().hex[:8]}"
+    clicked_at, page_lag = page_clock(page)
+    if speak:
+        channel = channel if channel is not None else SpeechChannel()
+        ask_id = uuid.uuid4().hex
+        channel.open(ask_id)
+        for p in panels.values():
+            if p is not None:
+                p.ask_id = ask_id
+    else:
+        channel = None
 
     def view(status: str) -> tuple[Any, ...]:
         out: list[Any] = []
@@ -276,17 +334,36 @@ def ask(client: LivethinkClient, targets: dict[str, Target], docs_text: str, que
                 out += [
                     gr.update(value=p.messages(), label=f"Arm {side.upper()}: {p.target.label}"),
                     p.stats(),
-                    sentence_audio_html(side, p.spoken),
+                    speech_html(side, p.ask_id, p.spoken),
                 ]
         return (*out, status)
 
-    yield view("asking…")
-    for side in chosen:
-        panel = panels[side]
-        assert panel is not None
-        req = ReplyRequest(docs, q, history, viewer, int(budget_ms), panel.target.arm, panel.target.model)
-        for _ in _run(client, panel, req, stream, speak):
-            yield view(f"{panel.target.label} is answering…")
+    def request(panel: Panel, first: bool) -> ReplyRequest:
+        deadline_at = None
+        if channel is not None:  # the first sentence is due the app's speech lead before the viewer's deadline
+            now_ms, panel.lead_ms = time.time() * 1000, channel.lead_ms(page_lag)
+            start = clicked_at if first and clicked_at is not None else now_ms
+            deadline_at = int(start + budget_ms - panel.lead_ms)
+        return ReplyRequest(docs, q, history, viewer, int(budget_ms), panel.target.arm, panel.target.model,
+                            deadline_at)  # fmt: skip
+
+    first = panels[chosen[0]]
+    assert first is not None
+    # a spoken reply's request leaves before the first UI update (which takes Gradio a round of its own)
+    speaking = _start_speaking(client, first, request(first, True), channel) if channel is not None else None
+    try:
+        yield view("asking…")
+        for side in chosen:
+            panel = panels[side]
+            assert panel is not None
+            req = request(panel, panel is first)
+            if channel is not None and panel is not first:
+                speaking = _start_speaking(client, panel, req, channel)
+            for _ in _run(client, panel, req, stream, speaking):
+                yield view(f"{panel.target.label} is answering…")
+    finally:
+        if channel is not None:
+            channel.finish(ask_id)
     notes = [n for p in panels.values() if p is not None for n in p.notes()]
     notes += [f"{p.target.label} was not spoken: {p.speech_error}" for p in panels.values()
               if p is not None and p.speech_error]
@@ -301,8 +378,9 @@ def ask(client: LivethinkClient, targets: dict[str, Target], docs_text: str, que
 
 
 def build_live_tab(client: LivethinkClient, catalog: list[CatalogEntry], catalog_warning: str | None,
-                   experiment: str | None) -> dict[str, Any]:  # fmt: skip
-    """Lay out the tab (inside an open ``gr.Tab``) and wire its events; returns the components."""
+                   experiment: str | None, channel: SpeechChannel) -> dict[str, Any]:  # fmt: skip
+    """Lay out the tab (inside an open ``gr.Tab``) and wire its events (spoken replies go out on ``channel``);
+    returns the components."""
     targets, server_status = discover_targets(client, experiment)
     labels = [t.label for t in targets]
     default_a = labels[0]
@@ -340,6 +418,7 @@ def build_live_tab(client: LivethinkClient, catalog: list[CatalogEntry], catalog
                 stream = gr.Checkbox(True, label="Stream the reply", elem_id="stream")
                 speak = gr.Checkbox(espeak_path() is not None, label="Speak it (espeak-ng), sentence by sentence",
                                     elem_id="speak")
+            page = gr.Textbox(visible=False, elem_id="page-clock")  # the page's click time and start lag (ask_js)
             with gr.Row():
                 ask_btn = gr.Button("Ask", variant="primary", scale=2, elem_id="ask")
                 reconnect = gr.Button("Reconnect", scale=1, elem_id="reconnect")
@@ -371,14 +450,14 @@ def build_live_tab(client: LivethinkClient, catalog: list[CatalogEntry], catalog
         )
 
     def on_ask(tmap: dict[str, Target], *args: Any) -> Iterator[tuple[Any, ...]]:
-        yield from ask(client, tmap, *args)
+        yield from ask(client, tmap, *args, channel=channel)
 
     products.change(on_products, [products], [docs])
     mode.change(on_mode, [mode], [col_a, col_b])
     reconnect.click(on_reconnect, None, [targets_state, status, arm_a, arm_b])
-    inputs = [targets_state, docs, question, history, viewer, mode, arm_a, arm_b, budget, stream, speak]
+    inputs = [targets_state, docs, question, history, viewer, mode, arm_a, arm_b, budget, stream, speak, page]
     outputs = [chat_a, stats_a, speech_a, chat_b, stats_b, speech_b, status]
-    ask_btn.click(on_ask, inputs, outputs)
-    question.submit(on_ask, inputs, outputs)
+    ask_btn.click(on_ask, inputs, outputs, js=ask_js(len(inputs)))
+    question.submit(on_ask, inputs, outputs, js=ask_js(len(inputs)))
     return {"status": status, "ask": ask_btn, "chat_a": chat_a, "chat_b": chat_b, "reconnect": on_reconnect,
             "reconnect_outputs": [targets_state, status, arm_a, arm_b]}  # fmt: skip

@@ -4,7 +4,7 @@ compact and full A/B summaries, the Compression tab's files, and building the ap
 
 from __future__ import annotations
 
-import base64
+import asyncio
 import json
 import re
 import time
@@ -195,18 +195,115 @@ def test_ask_side_by_side_and_single_arm(server):
 
 @pytest.mark.skipif(espeak_path() is None, reason="espeak-ng not installed (make test installs it)")
 def test_ask_speaks_each_sentence_as_it_arrives(server):
-    """Speak: the streamed livestream reply, each sentence synthesised by espeak-ng into the page's audio queue."""
+    """Speak: the streamed livestream reply, each sentence synthesised by espeak-ng and published on the speech
+    channel; the panel carries the marker the page's player follows, not the audio."""
     client = LivethinkClient(server.url)
+    channel = speech.SpeechChannel()
     chat_a, stats_a, speech_a, _, _, speech_b, status = _final(live.ask(
-        client, {}, DOCS[0].text, "How much?", "", "v-speak", live.MODES[0], "x", "y", 2000, True, True))
+        client, {}, DOCS[0].text, "How much?", "", "v-speak", live.MODES[0], "x", "y", 2000, True, True,
+        json.dumps({"clicked_at": time.time() * 1000 - 100, "lag_ms": 50}), channel=channel))
     assert status.startswith("✓ done"), status
-    sentences = re.findall(r'<audio data-lt-sentence data-arm="a" data-key="([^"]+)" preload="auto" '
-                           r'src="data:audio/wav;base64,([A-Za-z0-9+/=]+)"', speech_a)
-    assert len(sentences) >= 1 and len({k for k, _ in sentences}) == len(sentences), speech_a[:300]
-    for _, b64 in sentences:
-        assert speech.wav_seconds(base64.b64decode(b64)) > 0.2
-    assert chat_a["value"][-1]["content"].strip() == REPLY.strip() and speech_b == ""
+    ask_id = re.search(r'<span hidden data-lt-speech="([0-9a-f]+)" data-arm="a"></span>', speech_a).group(1)
+    assert "base64" not in speech_a and speech_b == ""
+
+    async def followed() -> list:
+        return [s async for s in channel.follow(ask_id)]
+
+    sentences = asyncio.run(followed())
+    assert [s.index for s in sentences] == list(range(len(sentences))) and sentences, speech_a
+    assert {s.side for s in sentences} == {"a"}
+    assert " ".join(s.text for s in sentences) == " ".join(REPLY.split())
+    for s in sentences:
+        assert channel.audio(ask_id, s.index) == s.wav and speech.wav_seconds(s.wav) > 0.2
+    assert chat_a["value"][-1]["content"].strip() == REPLY.strip()
     assert "First sentence (server)" in stats_a and "First sound ready (after Ask)" in stats_a
+    # the server's deadline is the 2,000 ms budget from the click (100 ms before) less the speech lead
+    lead = float(re.search(r"Speech lead \(synthesis \+ page start\) \| ([\d,]+) ms", stats_a).group(1).replace(",", ""))
+    served = float(re.search(r"≤ ([\d,]+) ms\)", stats_a).group(1).replace(",", ""))
+    assert lead >= 50 and served <= 2000 - 100 - lead + 1, stats_a
+
+
+def test_speech_channel_hands_each_sentence_to_its_follower_once_and_in_order():
+    channel = speech.SpeechChannel(keep=2)
+    channel.open("q1")
+    channel.publish("q1", "a", "One.", b"RIFF-1", 10.0, synth_ms=160.0)
+
+    async def scenario() -> list:
+        got: list = []
+
+        async def follower() -> None:
+            async for s in channel.follow("q1", keepalive_s=5):
+                got.append(s)
+
+        task = asyncio.create_task(follower())
+        await asyncio.sleep(0.05)
+        assert [s.index for s in got] == [0]  # what was published before it followed
+        await asyncio.to_thread(channel.publish, "q1", "b", "Two.", b"RIFF-2", 20.0)  # from the handler's thread
+        await asyncio.sleep(0.05)
+        assert [s.text for s in got] == ["One.", "Two."]
+        channel.finish("q1")
+        await asyncio.wait_for(task, 1)
+        return got
+
+    got = asyncio.run(scenario())
+    assert [(s.side, s.index) for s in got] == [("a", 0), ("b", 1)]
+    assert channel.audio("q1", 1) == b"RIFF-2" and channel.audio("q1", 2) is None
+    with pytest.raises(KeyError, match="not open"):
+        channel.publish("q1", "a", "Late.", b"RIFF-3", 30.0)
+    # the lead: synthesis (60 ms prior, moved 0.3 of the way to the 160 ms measured) + the page's start lag
+    assert channel.synth_ms == pytest.approx(90.0)
+    assert channel.lead_ms(None) == pytest.approx(90.0 + speech.PAGE_LAG_MS_PRIOR)
+    assert channel.lead_ms(40.0) == pytest.approx(130.0)
+    channel.open("q2")
+    channel.open("q3")  # it keeps the latest 2 asks
+    assert not channel.known("q1") and channel.known("q2") and channel.known("q3")
+
+
+def _silence(seconds: float, rate: int = 8000) -> bytes:
+    import io
+    import wave
+
+    buf = io.BytesIO()
+    with wave.open(buf, "wb") as w:
+        w.setnchannels(1)
+        w.setsampwidth(2)
+        w.setframerate(rate)
+        w.writeframes(b"\0\0" * int(seconds * rate))
+    return buf.getvalue()
+
+
+def test_speech_routes_stream_the_events_and_serve_the_audio():
+    from fastapi import FastAPI
+    from fastapi.testclient import TestClient
+
+    channel = speech.SpeechChannel()
+    app = FastAPI()
+    app.include_router(speech.speech_router(channel))
+    channel.open("q1")
+    wav = _silence(0.5)
+    channel.publish("q1", "a", "One.", wav, 10.0)
+    channel.finish("q1")
+    with TestClient(app) as http:
+        r = http.get("/livethink/speech/q1/events")
+        assert r.status_code == 200 and r.headers["content-type"].startswith("text/event-stream")
+        events = [line[6:] for line in r.text.splitlines() if line.startswith("data: ")]
+        event = json.loads(events[0])
+        assert event["url"] == "/livethink/speech/q1/0.wav" and event["arm"] == "a" and event["seconds"] == 0.5
+        assert "event: end" in r.text
+        audio = http.get("/livethink/speech/q1/0.wav")
+        assert audio.status_code == 200 and audio.content == wav and audio.headers["content-type"] == "audio/wav"
+        missing = http.get("/livethink/speech/nope/events")
+        assert missing.status_code == 404 and missing.json()["error"]["param"] == "ask_id"
+        assert http.get("/livethink/speech/q1/7.wav").json()["error"]["param"] == "index"
+
+
+def test_page_clock_takes_the_click_only_from_a_clock_that_agrees():
+    now = time.time() * 1000
+    clicked, lag = speech.page_clock(json.dumps({"clicked_at": now - 100, "lag_ms": 80}))
+    assert clicked == pytest.approx(now - 100) and lag == 80.0
+    assert speech.page_clock(json.dumps({"clicked_at": now + 5000, "lag_ms": None})) == (None, None)  # ahead
+    assert speech.page_clock(json.dumps({"clicked_at": now - 60_000})) == (None, None)  # far behind
+    assert speech.page_clock("not json") == (None, None) and speech.page_clock(None) == (None, None)
 
 
 @pytest.mark.skipif(espeak_path() is None, reason="espeak-ng not installed (make test installs it)")

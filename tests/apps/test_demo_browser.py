@@ -153,7 +153,11 @@ def test_question_gets_reply_and_latency_in_the_browser(stack):
         assert re.search(r"End-to-end latency\s+[\d,]+ ms", stats), stats
         assert re.search(r"Time to first token\s+[\d,]+ ms", stats), stats
         assert re.search(r"Tokens\s+\d+ \(thinking \d+ · reply \d+\)", stats), stats
-        assert re.search(r"Deadline (✓ met|✗ missed) \([\d,]+ ms [≤>] 3,000 ms\)", stats), stats
+        # spoken (the default with espeak-ng), the server's deadline is the 3,000 ms budget from the click less the
+        # app's dispatch and its speech lead
+        deadline = re.search(r"Deadline (?:✓ met|✗ missed) \([\d,]+ ms [≤>] ([\d,]+) ms\)", stats)
+        assert deadline and 2000 <= int(deadline.group(1).replace(",", "")) <= 3000, stats
+        assert re.search(r"Speech lead \(synthesis \+ page start\)\s+[\d,]+ ms", stats), stats
         assert f"Served by arm {arm} of demo_ab , model {arm}" in stats, stats
         if not re.search(r"thinking 0 ", stats):
             assert "Thinking" in chat  # the collapsible reasoning block
@@ -162,9 +166,10 @@ def test_question_gets_reply_and_latency_in_the_browser(stack):
 
 
 SPEECH_ASKS = 3
-# The 1,000 ms deadline bounds the first sentence; synthesis, the Gradio update and the page's decoding take the
-# rest: 1-2 s more on a 2-core CPU beside the other tests (benchmarks/demo_speech.py measures it alone).
-FIRST_SOUND_BOUND_MS = 4000
+# The 1,000 ms deadline from the click bounds the first sound: the app asks the server for the first sentence its
+# speech lead earlier. The bound leaves room for the other tests beside this one on 2 cores
+# (benchmarks/demo_speech.py measures it alone against the 1,200 ms target).
+FIRST_SOUND_BOUND_MS = 2000
 
 
 @pytest.mark.skipif(espeak_path() is None, reason="espeak-ng not installed (`make espeak`)")
