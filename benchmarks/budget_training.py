@@ -39,6 +39,7 @@ from budget_training_report import (
     aggregate,
     at_cap,
     markdown,
+    paired_vs_rft,
     plot,
     reanalyse,
     target_tally,
@@ -203,7 +204,25 @@ def evaluate(args, model_dir: str, name: str) -> dict[str, Any]:
     return {"name": name, "n": overall["n"], "correct": overall["correctness"], "helpful": overall["helpfulness"],
             "tokens": overall["total_tokens"], "caps": list(curve["caps"]), "correct_at_cap": list(curve["correct"]),
             "helpful_at_cap": list(curve["helpful"]), "floor": curve["min_thinking_tokens"], "evaluated_here": fresh,
+            "false_claim": overall.get("false_claim_rate"), "unsupported_claim": overall.get("unsupported_claim_rate"),
+            "verdicts": task_verdicts(out / "samples" / f"{name}.jsonl"),
             **answer_reach(model_dir, out / "completions" / f"{name}.jsonl", held_out_tasks(args.data_dir, args.split))}
+
+
+def task_verdicts(samples_path: Path) -> dict[str, list[Any]] | None:
+    """Per task (in task-id order), from the eval's samples: correct and helpful uncapped, and correct at
+    ``TARGET_CAP``, so models can be compared paired on the same tasks (None without a samples file)."""
+    if not samples_path.is_file():
+        return None
+    rows: dict[int | None, dict[str, dict[str, Any]]] = {}
+    for line in samples_path.read_text().splitlines():
+        if line.strip():
+            row = json.loads(line)
+            rows.setdefault(row["cap"], {})[row["task_id"]] = row
+    ids = sorted(rows[None])
+    return {"task_ids": ids, "correct": [int(rows[None][i]["correct"]) for i in ids],
+            "helpful": [int(rows[None][i]["helpful"]) for i in ids],
+            f"correct_at_{TARGET_CAP}": [int(rows[TARGET_CAP][i]["correct"]) for i in ids]}
 
 
 def verdicts(model: dict[str, Any], rft: dict[str, Any]) -> dict[str, dict[str, Any]]:
@@ -282,6 +301,7 @@ def main(argv: list[str] | None = None) -> int:
         "runs": runs,
     }
     report["target_tally"] = {m: target_tally(t) for m, t in report["targets_by_method"].items()}
+    report["paired_vs_rft"] = {m: paired_vs_rft([models[(m, s)] for s in args.seed_list], rft) for m in methods}
     report["meta"]["statistics"] = STATISTICS
     write(report, Path(args.out))
     print(markdown(report))

@@ -13,7 +13,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from livethink.eval.intervals import pass_rate, pooled_rate, rate_difference, seed_range
+from livethink.eval.intervals import paired_bootstrap, pass_rate, pooled_rate, rate_difference, seed_range
 
 TARGET_CAP = 64
 STATISTICS = ("Shares of tasks: mean over seeds [Clopper–Pearson 95%, pooled over tasks × seeds]; ΔC, ΔH: "
@@ -69,6 +69,25 @@ def aggregate(method: str, models: list[dict[str, Any]], rft: dict[str, Any]) ->
     }
 
 
+PAIRED_COLUMNS = ("correct", f"correct_at_{TARGET_CAP}", "helpful")
+
+
+def paired_vs_rft(models: list[dict[str, Any]], rft: dict[str, Any]) -> dict[str, Any] | None:
+    """A method's seeds against the RFT student on the same tasks: per column (uncapped C, C at the target cap,
+    H) the mean difference in points with its paired bootstrap interval over tasks and seeds (None when a result
+    has no per-task verdicts)."""
+    if rft.get("verdicts") is None or any(m.get("verdicts") is None for m in models):
+        return None
+    ids = rft["verdicts"]["task_ids"]
+    if any(m["verdicts"]["task_ids"] != ids for m in models):
+        raise ValueError("paired comparison: the seeds were evaluated on different tasks than the RFT student")
+    out = {}
+    for col in PAIRED_COLUMNS:
+        c = paired_bootstrap([m["verdicts"][col] for m in models], [rft["verdicts"][col]]).as_dict()
+        out[col] = c | {k: round(100 * c[k], 2) for k in ("difference", "low", "high")}
+    return out
+
+
 def reanalyse(report: dict[str, Any]) -> dict[str, Any]:
     """``report`` with its per-method summary and target tallies redone from its ``per_seed`` rows (the methods in
     their published order, each over its seeds in ``meta["seeds"]`` order)."""
@@ -77,6 +96,8 @@ def reanalyse(report: dict[str, Any]) -> dict[str, Any]:
     methods = [aggregate(m, [rows[(m, s)] for s in report["meta"]["seeds"]], report["rft"]) for m in order]
     out = {**report, "methods": methods}
     out["target_tally"] = {m: target_tally(t) for m, t in (report.get("targets_by_method") or {}).items()}
+    out["paired_vs_rft"] = {m: paired_vs_rft([rows[(m, s)] for s in report["meta"]["seeds"]], report["rft"])
+                            for m in order}
     out["meta"] = {**report["meta"], "statistics": STATISTICS}
     return out
 
@@ -111,6 +132,8 @@ def markdown(report: dict[str, Any]) -> str:
              "depend on the load they ran under).", "",
              f"`{meta['command']}`", "",
              "## Correctness (%) at each thinking cap", "",
+             "Floor: the smallest cap keeping 90% of the model's own uncapped correctness, measured on this split "
+             "(a serving floor is calibrated on `validation`).", "",
              "| method | " + " | ".join(str(c) for c in caps) + " | uncapped | floor (tokens) |",
              "|---|" + "---:|" * (len(caps) + 2)]
     lines.append("| rft | " + " | ".join(f"{100 * v:.1f}" for v in rft["correct_at_cap"])
@@ -126,6 +149,27 @@ def markdown(report: dict[str, Any]) -> str:
         lines.append(f"| {row['method']} | {_pct(row['tokens'], 1.0)} | {_pct(row['token_reduction'])} | "
                      f"{_pct(row['d_correct_pts'], 1.0)} | {_pct(row['d_helpful_pts'], 1.0)} | {_pct(row['helpful'])} |")
 
+    paired = {m: p for m, p in (report.get("paired_vs_rft") or {}).items() if p}
+    if paired:
+        lines += ["", "## Against RFT, paired on the same tasks", "",
+                  "Mean difference in points over seeds, with the 95% percentile bootstrap interval resampling tasks "
+                  "(the same draw for both) and seeds; \"excludes 0\" is where a difference is claimed.", "",
+                  "| method | ΔC uncapped | ΔC at 64 | ΔH uncapped |", "|---|---:|---:|---:|"]
+        for method, cols in paired.items():
+            lines.append(f"| {method} | " + " | ".join(
+                f"{c['difference']:+.1f} [{c['low']:+.1f}, {c['high']:+.1f}]"
+                + (" (excludes 0)" if c["excludes_zero"] else "") for c in (cols[k] for k in PAIRED_COLUMNS)) + " |")
+    per_seed = report.get("per_seed") or []
+    if per_seed and all(m.get("false_claim") is not None for m in per_seed) and rft.get("false_claim") is not None:
+        lines += ["", "## Replies with a false or unsupported claim (claim-checking rubric), per seed", "",
+                  "| model | seed | false claim (%) | unsupported claim (%) | C uncapped (%) | C at 64 (%) |",
+                  "|---|---:|---:|---:|---:|---:|",
+                  f"| rft | – | {100 * rft['false_claim']:.1f} | {100 * rft['unsupported_claim']:.1f} | "
+                  f"{100 * rft['correct']:.1f} | {100 * at_cap(rft, TARGET_CAP):.1f} |"]
+        for m in per_seed:
+            lines.append(f"| {m['method']} | {m['seed']} | {100 * m['false_claim']:.1f} | "
+                         f"{100 * m['unsupported_claim']:.1f} | {100 * m['correct']:.1f} | "
+                         f"{100 * at_cap(m, TARGET_CAP):.1f} |")
     lines += [] if "answer_within_cap" not in rft else ["", "## Where the thinking states the answer", "",
               f"Uncapped thinking tokens before the reference answer's first mention (all the thinking when it has "
               f"none); a cut at {TARGET_CAP} tokens keeps the answer of the tasks within it.", "",
@@ -192,7 +236,8 @@ def plot(report: dict[str, Any], path: Path) -> None:
     ax.set_xticks(xs, [*map(str, caps), "uncapped"])
     ax.set_xlabel("thinking cap (tokens)")
     ax.set_ylabel("correct (%)")
-    ax.set_title("Correctness against the thinking cap (test split; Clopper–Pearson 95%, tasks × seeds)", fontsize=9)
+    split = report["meta"].get("split", "test")
+    ax.set_title(f"Correctness against the thinking cap ({split} split; Clopper–Pearson 95%, tasks × seeds)", fontsize=9)
     ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path)

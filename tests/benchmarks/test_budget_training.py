@@ -112,6 +112,31 @@ def test_report_only_redoes_the_summary_from_the_per_seed_rows(tmp_path):
     assert (tmp_path / "budget_training.md").is_file() and (tmp_path / "budget_training.png").stat().st_size > 0
 
 
+def test_task_verdicts_and_the_paired_comparison_against_rft(tmp_path):
+    samples = tmp_path / "m.jsonl"
+    rows = [{"cap": cap, "task_id": tid, "correct": ok, "helpful": ok and cap is None}
+            for tid, ok in (("t2", True), ("t1", False)) for cap in (None, 64)]
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    # in task-id order: t1 then t2
+    assert bench.task_verdicts(samples) == {"task_ids": ["t1", "t2"], "correct": [0, 1], "helpful": [0, 1],
+                                            "correct_at_64": [0, 1]}
+    assert bench.task_verdicts(tmp_path / "missing.jsonl") is None
+    ids = [f"t{i}" for i in range(4)]
+    rft = RFT | {"verdicts": {"task_ids": ids, "correct": [1, 0, 0, 0], "helpful": [1, 0, 0, 0],
+                              "correct_at_64": [0, 0, 0, 0]}}
+    seeds = [model(0.5, 0.5, 0.5, 100.0, 64) | {"verdicts": {"task_ids": ids, "correct": c, "helpful": c,
+                                                             "correct_at_64": c}}
+             for c in ([1, 1, 0, 0], [1, 1, 1, 0])]
+    paired = report_mod.paired_vs_rft(seeds, rft)
+    # uncapped: 0.625 against 0.25, at 64: 0.625 against 0 (points, mean over seeds and tasks)
+    assert paired["correct"]["difference"] == pytest.approx(37.5) and paired["correct_at_64"]["difference"] == pytest.approx(62.5)
+    assert paired["correct_at_64"]["low"] <= 62.5 <= paired["correct_at_64"]["high"]
+    assert paired["correct"]["method"] == "paired bootstrap over tasks and seeds"
+    assert report_mod.paired_vs_rft(seeds, RFT) is None  # no per-task verdicts to pair
+    with pytest.raises(ValueError, match="different tasks"):
+        report_mod.paired_vs_rft([seeds[0] | {"verdicts": {**seeds[0]["verdicts"], "task_ids": ids[::-1]}}], rft)
+
+
 def test_target_tally_counts_the_seeds_that_meet_each_target():
     targets = {"0": bench.verdicts(model(0.45, 0.49, 0.41, 110.0, 64), RFT),  # meets all
                "1": bench.verdicts(model(0.45, 0.47, 0.41, 110.0, 96), RFT),  # uncapped C and floor miss
