@@ -251,16 +251,18 @@ def _spoken(changes: queue.Queue[object]) -> Iterator[None]:
         yield
 
 
-def _run(client: LivethinkClient, panel: Panel, req: ReplyRequest, stream: bool,
+def _run(client: LivethinkClient, panel: Panel, req: ReplyRequest | None, stream: bool,
          speaking: queue.Queue[object] | None = None) -> Iterator[None]:
     """Drive one request, updating ``panel``; yields whenever the UI should refresh. ``speaking``: the request is
-    already being spoken (``_start_speaking``); follow its changes."""
+    already being spoken (``_start_speaking``; ``req`` unused); follow its changes."""
     if speaking is None:
         panel.state, panel.t_start, panel.streamed = "thinking", time.monotonic(), stream
     yield
     try:
         if speaking is not None:
             yield from _spoken(speaking)
+        elif req is None:
+            raise ValueError("_run: a request to send, or one being spoken")
         elif not stream:
             panel.result = client.reply(req)
             panel.reasoning, panel.reply = panel.result.reasoning, panel.result.reply
@@ -356,10 +358,13 @@ def ask(client: LivethinkClient, targets: dict[str, Target], docs_text: str, que
         for side in chosen:
             panel = panels[side]
             assert panel is not None
-            req = request(panel, panel is first)
-            if channel is not None and panel is not first:
-                speaking = _start_speaking(client, panel, req, channel)
-            for _ in _run(client, panel, req, stream, speaking):
+            if channel is None:
+                steps = _run(client, panel, request(panel, False), stream)
+            else:
+                if panel is not first:
+                    speaking = _start_speaking(client, panel, request(panel, False), channel)
+                steps = _run(client, panel, None, stream, speaking)
+            for _ in steps:
                 yield view(f"{panel.target.label} is answering…")
     finally:
         if channel is not None:
