@@ -209,6 +209,43 @@ def holdout_students_summary(report: Report) -> list[str]:
             f"{len(report['targets'])} ({', '.join(met) or 'none'})."]
 
 
+def shipped_seeds(report: Report) -> list[str]:
+    """The shipped recipe's stage-2 seeds on holdout: per seed the five budget targets (✓/✗ with the value),
+    then one line with the seeds meeting every target (Clopper–Pearson 95%) and the paired differences from RFT
+    over tasks and seeds."""
+    rft, meta = report["rft"], report["meta"]
+    shipped = meta["shipped_method"]
+    rows = {r["seed"]: r for r in report["per_seed"] if r["method"] == shipped}
+
+    def mark(t: dict[str, Any], text: str) -> str:
+        return f"{text} {'✓' if t['met'] else '✗'}"
+
+    lines = [f"| stage-2 seed | correct at cap 64 (≥ {100 * 0.9 * rft['correct']:.1f}%) | floor ≤ 64 | "
+             f"correct (≥ {100 * rft['correct'] - 2:.1f}%) | helpful (≥ {100 * rft['helpful']:.1f}%) | tokens "
+             f"(≤ {0.5 * rft['tokens']:.0f}) | false claim (RFT {100 * rft['false_claim']:.1f}%) |",
+             "|---:|---:|---:|---:|---:|---:|---:|"]
+    for seed, t in report["targets"].items():
+        r = rows[int(seed)]
+        lines.append(f"| {seed} | {mark(t['correct_at_64_vs_rft_uncapped'], _pct(t['correct_at_64_vs_rft_uncapped']['value']))} | "
+                     f"{mark(t['floor_tokens'], str(t['floor_tokens']['value']))} | "
+                     f"{mark(t['uncapped_correct'], _pct(t['uncapped_correct']['value']))} | "
+                     f"{mark(t['uncapped_helpful'], _pct(t['uncapped_helpful']['value']))} | "
+                     f"{mark(t['token_reduction'], format(r['tokens'], '.0f'))} | {_pct(r['false_claim'])} |")
+    tally = report["target_tally"][shipped]
+    rate = tally["all_met_rate"]
+    paired = report["paired_vs_rft"][shipped]
+
+    def diff(c: dict[str, Any]) -> str:
+        return f"{_num(c['difference'], sign=True)} [{_num(c['low'], sign=True)}, {_num(c['high'], sign=True)}]"
+
+    lines += ["", f"{rft['n']} `{meta['split']}` tasks, the served reply, the claim-checking rubric; floors measured on "
+              f"this split. Every target met on {len(tally['all_met'])} of {tally['seeds']} seeds "
+              f"(95%: {_num(100 * rate['low'], 0)}–{_num(100 * rate['high'], 0)}%). Against RFT, paired over tasks and "
+              f"seeds (points): {diff(paired['correct_at_64'])} at cap 64, {diff(paired['correct'])} uncapped. "
+              f"Load average {meta['loadavg_before'][0]:g} before, {meta['loadavg_after'][0]:g} after."]
+    return lines
+
+
 # -- serving ---------------------------------------------------------------------------------------------
 def serve_goodput(report: Report) -> list[str]:
     """Goodput against the deadline: each served model unloaded and at the sweep's rate, and plain vLLM."""
@@ -415,6 +452,7 @@ BLOCKS: dict[str, tuple[tuple[str, ...], Callable[..., list[str]]]] = {
     "budget_training_summary": (("budget_training.json",), budget_training_summary),
     "holdout_students": (("holdout_students.json",), holdout_students),
     "holdout_students_summary": (("holdout_students.json",), holdout_students_summary),
+    "shipped_seeds": (("budget_training_holdout/budget_training.json",), shipped_seeds),
     "serve_goodput": (("serve_load.json",), serve_goodput),
     "serve_summary": (("serve_load.json", "serve_recovery.json"), serve_summary),
     "vllm_bench": (("vllm_bench.json",), vllm_bench),

@@ -75,3 +75,31 @@ def test_a_figure_changed_by_hand_is_caught_and_named(tmp_path, capsys):
     assert tables.main(["--check", str(readme)]) == 1
     assert "block ab_checks differs from benchmarks/results/ab_assignment.json" in capsys.readouterr().err
     assert tables.main([str(readme)]) == 0 and tables.main(["--check", str(readme)]) == 0
+
+
+def test_the_shipped_recipe_over_seeds_from_its_per_seed_results():
+    def target(value: float | int | None, met: bool) -> dict:
+        return {"value": value, "met": met}
+
+    rft = {"n": 500, "correct": 0.30, "helpful": 0.30, "tokens": 230.0, "false_claim": 0.594}
+    targets = {"0": {"correct_at_64_vs_rft_uncapped": target(0.28, True), "floor_tokens": target(64, True),
+                     "uncapped_correct": target(0.29, True), "uncapped_helpful": target(0.30, True),
+                     "token_reduction": target(0.52, True)},
+               "1": {"correct_at_64_vs_rft_uncapped": target(0.20, False), "floor_tokens": target(128, False),
+                     "uncapped_correct": target(0.25, False), "uncapped_helpful": target(0.25, False),
+                     "token_reduction": target(0.40, False)}}
+    cell = {"difference": -2.5, "low": -6.0, "high": 1.25, "excludes_zero": False}
+    report = {"rft": rft, "targets": targets,
+              "per_seed": [{"method": "s", "seed": 0, "tokens": 110.4, "false_claim": 0.4},
+                           {"method": "s", "seed": 1, "tokens": 138.0, "false_claim": 0.45}],
+              "target_tally": {"s": {"seeds": 2, "all_met": ["0"], "all_met_rate": {"low": 0.0126, "high": 0.987}}},
+              "paired_vs_rft": {"s": {"correct": cell, "correct_at_64": cell | {"difference": 10.0, "low": 6.0,
+                                                                                 "high": 14.0, "excludes_zero": True}}},
+              "meta": {"shipped_method": "s", "split": "holdout", "loadavg_before": [0.5], "loadavg_after": [2.0]}}
+    lines = tables.shipped_seeds(report)
+    assert lines[0] == ("| stage-2 seed | correct at cap 64 (≥ 27.0%) | floor ≤ 64 | correct (≥ 28.0%) | helpful (≥ 30.0%) "
+                        "| tokens (≤ 115) | false claim (RFT 59.4%) |")
+    assert lines[2] == "| 0 | 28.0% ✓ | 64 ✓ | 29.0% ✓ | 30.0% ✓ | 110 ✓ | 40.0% |"
+    assert lines[3] == "| 1 | 20.0% ✗ | 128 ✗ | 25.0% ✗ | 25.0% ✗ | 138 ✗ | 45.0% |"
+    assert ("Every target met on 1 of 2 seeds (95%: 1–99%). Against RFT, paired over tasks and seeds (points): "
+            "+10.0 [+6.0, +14.0] at cap 64, −2.5 [−6.0, +1.2] uncapped.") in lines[-1]
