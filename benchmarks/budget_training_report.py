@@ -17,8 +17,8 @@ from livethink.eval.intervals import paired_bootstrap, pass_rate, pooled_rate, r
 
 TARGET_CAP = 64
 STATISTICS = ("Shares of tasks: mean over seeds [Clopper–Pearson 95%, pooled over tasks × seeds]; ΔC, ΔH: "
-              "[Newcombe 95%, unpaired: the results hold no per-task verdicts to pair]; tokens and token reduction: "
-              "[min, max over seeds]; seeds meeting every target: [Clopper–Pearson 95%].")
+              "[Newcombe 95%, unpaired; where the results hold per-task verdicts, the paired table below pairs them]; "
+              "tokens and token reduction: [min, max over seeds]; seeds meeting every target: [Clopper–Pearson 95%].")
 
 
 def at_cap(model: dict[str, Any], cap: int) -> float:
