@@ -64,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
     per_arm: dict[str, list[float]] = {}
     steps: dict[str, list[dict[str, float | None]]] = {}
     errors: list[str] = []
+    fallbacks: dict[str, int] = {}  # replies that were the server's fallback line (spoken, but not an answer)
     with chromium() as driver:
         open_app(driver, args.url)
         for mode, side in (("Arm A", "a"), ("Arm B", "b")):
@@ -73,6 +74,7 @@ def main(argv: list[str] | None = None) -> int:
                 _, stats = ask(driver, QUESTIONS[i % len(QUESTIONS)], 120, args.budget, mode)
                 if side == "b":
                     stats = text_of(driver, "#stats-b")
+                fallbacks[mode] = fallbacks.get(mode, 0) + ("Fallback reply yes" in " ".join(stats.split()))
                 state = first_sound(driver, side)
                 errors += state["errors"]
                 times.append(float(state["firstSound"][side]))
@@ -87,6 +89,7 @@ def main(argv: list[str] | None = None) -> int:
               "environment": f"{platform.processor() or platform.machine()}, {os.cpu_count()} CPUs",
               "budget_ms": args.budget, "target_p50_ms": TARGET_P50_MS, "first_sound_ms": rows,
               "raw_ms": {m: [round(x, 1) for x in v] for m, v in per_arm.items()}, "audio_errors": errors,
+              "fallback_replies": fallbacks,
               "steps_p50_ms": {m: {k: (statistics.median(xs) if (xs := [r[k] for r in rs if r[k] is not None]) else None)
                                    for k in (*STEPS, IN_PAGE, STARTED)} for m, rs in steps.items()},
               "target_met": all(r["p50"] <= TARGET_P50_MS for r in rows.values()) and not errors,
@@ -106,7 +109,8 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", "Where the time goes (p50, ms after Ask or after the request's arrival): "
               + "; ".join(f"{m}: " + ", ".join(f"{k.lower()} {v:,.0f}" for k, v in r.items() if v is not None)
                           for m, r in result["steps_p50_ms"].items()) + ".",
-              "", f"Audio errors in the page: {len(errors)}."]
+              "", f"Audio errors in the page: {len(errors)}. Replies that were the server's fallback line (spoken in "
+              f"time, but no answer): " + ", ".join(f"{m} {n} of {rows[m]['n']}" for m, n in fallbacks.items()) + "."]
     (args.out / "demo_speech.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
     return 0

@@ -242,7 +242,8 @@ def shipped_seeds(report: Report) -> list[str]:
               f"this split. Every target met on {len(tally['all_met'])} of {tally['seeds']} seeds "
               f"(95%: {_num(100 * rate['low'], 0)}–{_num(100 * rate['high'], 0)}%). Against RFT, paired over tasks and "
               f"seeds (points): {diff(paired['correct_at_64'])} at cap 64, {diff(paired['correct'])} uncapped. "
-              f"Load average {meta['loadavg_before'][0]:g} before, {meta['loadavg_after'][0]:g} after."]
+              f"Greedy: the load ({meta['loadavg_before'][0]:g} before, {meta['loadavg_after'][0]:g} after) does not "
+              "change them."]
     return lines
 
 

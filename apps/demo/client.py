@@ -78,7 +78,8 @@ class ReplyRequest:
     model: str | None = None
     deadline_at: int | None = None  # absolute, epoch ms: the earlier of it and deadline_ms governs
 
-    def livestream_body(self, stream: bool = False, speech_rate_wps: float | None = None) -> dict[str, Any]:
+    def livestream_body(self, stream: bool = False, speech_rate_wps: float | None = None,
+                        on_refusal: str | None = None) -> dict[str, Any]:
         body: dict[str, Any] = {
             "viewer_id": self.viewer_id,
             "question": self.question,
@@ -93,6 +94,8 @@ class ReplyRequest:
             body["stream"] = True
             if speech_rate_wps is not None:
                 body["speech_rate_wps"] = speech_rate_wps
+        if on_refusal is not None:
+            body["on_refusal"] = on_refusal
         return body
 
     def messages(self) -> list[dict[str, str]]:
@@ -141,6 +144,8 @@ class ReplyResult:
     fallback: bool = False
     cut_at_deadline: bool = False
     finish_reason: str | None = None
+    refused: bool = False  # admission refused it and the server spoke its filler line (``on_refusal: filler``)
+    refusal_reason: str | None = None
     client_ms: float | None = None  # wall time seen by the demo (includes the HTTP round trip)
     first_sentence_ms: float | None = None  # a streamed livestream reply's first sentence event
 
@@ -238,6 +243,8 @@ def _result_from_livestream(d: dict[str, Any], client_ms: float) -> ReplyResult:
         fallback=bool(d.get("fallback")),
         cut_at_deadline=bool(d.get("cut_at_deadline")),
         finish_reason=d.get("finish_reason"),
+        refused=bool(d.get("refused")),
+        refusal_reason=d.get("refusal_reason"),
         client_ms=round(client_ms, 1),
         first_sentence_ms=t.get("first_sentence_ms"),
     )
@@ -357,12 +364,15 @@ class LivethinkClient:
             raise self._wrap(exc) from None
         yield _result_from_stream(state, (time.perf_counter() - t0) * 1000)
 
-    def speak_reply(self, req: ReplyRequest, speech_rate_wps: float | None = None) -> Iterator[Sentence | ReplyResult]:
+    def speak_reply(self, req: ReplyRequest, speech_rate_wps: float | None = None,
+                    on_refusal: str | None = "filler") -> Iterator[Sentence | ReplyResult]:
         """Stream the livestream reply as the avatar gets it (``POST /v1/livestream/reply`` with ``stream: true``,
         SSE ``plan`` / ``sentence`` / ``done`` events): each ``Sentence`` as soon as it is decoded, then one
-        ``ReplyResult`` (its ``first_token_ms`` …; ``first_sentence_ms`` is the first ``Sentence``'s ``at_ms``)."""
+        ``ReplyResult`` (its ``first_token_ms`` …; ``first_sentence_ms`` is the first ``Sentence``'s ``at_ms``).
+        ``on_refusal``: ``filler`` (the avatar's way, never silent: a request the server cannot admit in time is
+        answered with its filler line, ``refused``) or ``error`` (a 429)."""
         t0 = time.perf_counter()
-        body = req.livestream_body(stream=True, speech_rate_wps=speech_rate_wps)
+        body = req.livestream_body(stream=True, speech_rate_wps=speech_rate_wps, on_refusal=on_refusal)
         try:
             with httpx.stream("POST", self.base_url + "/v1/livestream/reply", json=body, headers=self._headers(),
                               timeout=self.timeout) as r:  # fmt: skip

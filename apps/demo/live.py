@@ -181,7 +181,8 @@ class Panel:
             ("Deadline", deadline),
             ("Queue", _ms(r.queue_ms)),
             ("Forced end of thinking", "yes" if r.forced_end_of_thinking else "no"),
-            ("Fallback reply", "yes (nothing usable by the deadline)" if r.fallback else "no"),
+            ("Fallback reply", f"yes (refused: {r.refusal_reason or 'not admitted'}; the server spoke its filler line)"
+             if r.refused else "yes (nothing usable by the deadline)" if r.fallback else "no"),
         ]
         table = "\n".join(f"| {k} | {v} |" for k, v in rows)
         return f"{head}\n\n| Served by | {who}, model `{r.model or '–'}` |\n|---|---|\n{table}"
@@ -195,7 +196,10 @@ class Panel:
             out.append(
                 f"{self.target.label} missed its {_ms(r.deadline_ms)} deadline ({_ms(r.e2e_ms)} end to end)"
             )
-        if r.fallback:
+        if r.refused:
+            out.append(f"{self.target.label} was refused ({r.refusal_reason or 'not admitted'}): the server spoke its "
+                       "filler line, not an answer")
+        elif r.fallback:
             out.append(f"{self.target.label} had no usable reply in time: the server sent its fallback reply")
         elif r.cut_at_deadline:
             out.append(f"{self.target.label}'s reply was cut at the deadline")

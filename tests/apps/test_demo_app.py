@@ -463,3 +463,17 @@ def test_goodput_per_arm_from_the_viewer_stream_report(tmp_path):
     report.write_text("{not json")
     assert goodput_markdown(report).startswith("⚠ Could not read")
     assert goodput_markdown(None) == ""
+
+
+def test_a_spoken_reply_asks_for_the_filler_line_and_a_refusal_says_so():
+    """The avatar is never silent: a spoken request asks the server for its filler line on refusal, and the panel
+    says the line was a refusal, not an answer."""
+    req = ReplyRequest(DOCS, "How much?", deadline_ms=1000, deadline_at=1_800_000_000_000)
+    body = req.livestream_body(stream=True, on_refusal="filler")
+    assert body.items() >= {"stream": True, "on_refusal": "filler", "deadline_at": 1_800_000_000_000}.items()
+    assert "on_refusal" not in req.livestream_body()
+    panel = live.Panel(live.Target("arm rft", arm="rft"), "How much?", ())
+    panel.state, panel.result = "done", ReplyResult(reply="One moment, let me check.", fallback=True, refused=True,
+                                                    refusal_reason="deadline_unmeetable")
+    assert "yes (refused: deadline_unmeetable; the server spoke its filler line)" in panel.stats()
+    assert panel.notes() == ["arm rft was refused (deadline_unmeetable): the server spoke its filler line, not an answer"]

@@ -16,7 +16,7 @@ tables = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(tables)
 
 README_BLOCKS = ("holdout_students", "holdout_students_summary", "serve_goodput", "serve_summary",
-                 "speech_goodput_brief", "ab_checks", "training")
+                 "speech_goodput_brief", "shipped_seeds", "ab_checks")
 
 
 def _outside_blocks_and_code(text: str) -> str:
