@@ -15,6 +15,7 @@ import argparse
 import logging
 import os
 import socket
+import sys
 import threading
 import time
 from pathlib import Path
@@ -123,7 +124,9 @@ def main(argv: list[str] | None = None) -> int:
     while not server.started and thread.is_alive():
         time.sleep(0.05)
     if not server.started:
-        return 1  # uvicorn has said why (the port is taken, ...)
+        print(f"livethink demo: could not listen on {args.host}:{port} (taken by another process? pass --port)",
+              file=sys.stderr)
+        return 1
     print(f"livethink demo: http://{args.host}:{port}/ (server {args.server_url})", flush=True)
     try:
         while thread.is_alive():
