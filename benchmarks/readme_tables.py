@@ -220,9 +220,11 @@ def shipped_seeds(report: Report) -> list[str]:
     def mark(t: dict[str, Any], text: str) -> str:
         return f"{text} {'✓' if t['met'] else '✗'}"
 
-    lines = [f"| stage-2 seed | correct at cap 64 (≥ {100 * 0.9 * rft['correct']:.1f}%) | floor ≤ 64 | "
-             f"correct (≥ {100 * rft['correct'] - 2:.1f}%) | helpful (≥ {100 * rft['helpful']:.1f}%) | tokens "
-             f"(≤ {0.5 * rft['tokens']:.0f}) | false claim (RFT {100 * rft['false_claim']:.1f}%) |",
+    goal = {name: t["target"] for name, t in next(iter(report["targets"].values())).items()}  # budget_training.verdicts
+    lines = [f"| stage-2 seed | correct at cap 64 (≥ {_pct(goal['correct_at_64_vs_rft_uncapped'])}) | "
+             f"floor ≤ {goal['floor_tokens']} | correct (≥ {_pct(goal['uncapped_correct'])}) | "
+             f"helpful (≥ {_pct(goal['uncapped_helpful'])}) | tokens "
+             f"(≤ {(1 - goal['token_reduction']) * rft['tokens']:.0f}) | false claim (RFT {_pct(rft['false_claim'])}) |",
              "|---:|---:|---:|---:|---:|---:|---:|"]
     for seed, t in report["targets"].items():
         r = rows[int(seed)]

@@ -78,8 +78,12 @@ def test_a_figure_changed_by_hand_is_caught_and_named(tmp_path, capsys):
 
 
 def test_the_shipped_recipe_over_seeds_from_its_per_seed_results():
+    goals = {"correct_at_64_vs_rft_uncapped": 0.27, "floor_tokens": 64, "uncapped_correct": 0.28,
+             "uncapped_helpful": 0.30, "token_reduction": 0.5}  # what budget_training.verdicts asks, against rft
+    names = iter(list(goals) * 2)
+
     def target(value: float | int | None, met: bool) -> dict:
-        return {"value": value, "met": met}
+        return {"value": value, "target": goals[next(names)], "met": met}
 
     rft = {"n": 500, "correct": 0.30, "helpful": 0.30, "tokens": 230.0, "false_claim": 0.594}
     targets = {"0": {"correct_at_64_vs_rft_uncapped": target(0.28, True), "floor_tokens": target(64, True),
